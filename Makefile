@@ -1,0 +1,30 @@
+# privfgl: the two commands a user needs are `make run` and `make test`.
+# Every target is idempotent: `make install` does nothing when the venv is up to date.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+CRYPTEN_VERSION := 0.4.1
+
+.PHONY: install run test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q pip==26.3
+	# torch first and exactly pinned, so nothing pulls a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	# CrypTen's metadata requires the dead `sklearn` package and torchvision: install it
+	# without deps; its real runtime deps are listed in pyproject.toml.
+	$(PY) -m pip install -q --no-deps crypten==$(CRYPTEN_VERSION)
+	touch $(STAMP)
+
+run: install
+	$(VENV)/bin/privfgl quickstart
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,151 @@
+"""One run, end to end: data -> partition -> splits -> protocol -> federation -> method -> record."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import protocols
+from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
+from privfgl.evaluation import RoundTracker
+from privfgl.federation import Federation, Transcript
+from privfgl.methods import METHODS, MethodConfig, Setup
+from privfgl.results import make_record
+from privfgl.training import ENGINES, ModelConfig
+
+# Split defaults per method (train, val, test): 20/40/40 for the baselines as in the O-pFGL setting.
+DEFAULT_SPLIT = (0.2, 0.4, 0.4)
+EVALUATION_MODES = ("local_model", "global_model")
+
+
+class ConfigError(ValueError):
+    """A bad run setting; the message names the setting and what is valid."""
+
+
+@dataclass
+class RunConfig:
+    """Every setting of a run. Validated by `validate()`; recorded verbatim in the run record."""
+    method: str = "fedavg"
+    dataset: str = "cora"
+    partition: str = "louvain"
+    clients: int = 10
+    rounds: int = 100
+    local_epochs: int = 3
+    finetune_epochs: int = 0
+    mu: float = 0.01
+    model: str = "gcn"
+    hidden: int = 64
+    layers: int = 2
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    split: tuple[float, float, float] = DEFAULT_SPLIT
+    protocol: str = "plain"
+    protocol_params: dict = field(default_factory=dict)
+    partition_params: dict = field(default_factory=dict)
+    seed: int = 0
+    device: str = "cpu"
+    engine: str = "auto"
+    evaluation: str = "local_model"
+    data_root: str | None = None
+    download: bool = True
+    transcript: str = "last"
+    progress: bool = True
+
+    def validate(self) -> None:
+        def bad(name, value, valid):
+            raise ConfigError(f"invalid {name} {value!r}; valid: {valid}")
+        if self.method not in METHODS:
+            bad("method", self.method, ", ".join(METHODS))
+        if self.protocol not in protocols.PROTOCOLS:
+            bad("protocol", self.protocol, ", ".join(protocols.PROTOCOLS))
+        if self.evaluation not in EVALUATION_MODES:
+            bad("evaluation", self.evaluation, ", ".join(EVALUATION_MODES))
+        if self.engine not in ENGINES:
+            bad("engine", self.engine, ", ".join(ENGINES))
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            bad("device", self.device, "cpu, cuda, cuda:N")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
+        for name in ("clients", "rounds", "hidden", "layers"):
+            if getattr(self, name) < 1:
+                bad(name, getattr(self, name), "an integer >= 1")
+        for name in ("local_epochs", "finetune_epochs"):
+            if getattr(self, name) < 0:
+                bad(name, getattr(self, name), "an integer >= 0")
+        if self.lr <= 0:
+            bad("lr", self.lr, "a number > 0")
+        if self.mu < 0 or self.weight_decay < 0:
+            bad("mu/weight_decay", (self.mu, self.weight_decay), "numbers >= 0")
+        if len(self.split) != 3 or any(r < 0 for r in self.split) or sum(self.split) > 1 + 1e-9 or sum(self.split) == 0:
+            bad("split", self.split, "three ratios train,val,test, each >= 0, summing to at most 1 (e.g. 0.2,0.4,0.4)")
+
+
+def _versions() -> dict:
+    import torch_geometric
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__, "privfgl": _privfgl_version()}
+
+
+def _privfgl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("privfgl")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def partition_cache_dir() -> Path:
+    """Where partitions are cached as node-id files: $PRIVFGL_CACHE, else the user cache dir."""
+    base = os.environ.get("PRIVFGL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "privfgl")
+    return Path(base) / "partitions"
+
+
+def build_setup(cfg: RunConfig, data=None) -> Setup:
+    """Everything a method needs. `data` overrides loading cfg.dataset (e.g. an in-memory graph)."""
+    cfg.validate()
+    seed_everything(cfg.seed)
+    if data is None:
+        data = load_dataset(cfg.dataset, cfg.data_root, download=cfg.download)
+    cache = partition_cache_dir()
+    parts = partition_nodes(data, cfg.partition, cfg.clients, seed=cfg.seed, cache_dir=cache, **cfg.partition_params)
+    clients = client_subgraphs(data, parts)
+    split_clients(clients, *cfg.split, seed=cfg.seed)
+    protocol = protocols.get_protocol(cfg.protocol, **cfg.protocol_params)
+    federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript))
+    model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay)
+    method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
+                          cfg.seed, cfg.progress)
+    tracker = RoundTracker(clients, int(data.num_classes))
+    return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
+                 extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes)})
+
+
+def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
+    """Run one experiment; returns the run record (DESIGN.md schema) and the setup (transcript inside)."""
+    start = time.perf_counter()
+    setup = build_setup(cfg, data)
+    seed_everything(cfg.seed)
+    try:
+        METHODS[cfg.method](setup)
+    finally:
+        setup.federation.protocol.close()  # e.g. stop crypten's party processes
+    total_s = time.perf_counter() - start
+    config = {**dataclasses.asdict(cfg), "split": list(cfg.split), "dataset_name": setup.extras["dataset_name"],
+              "versions": _versions()}
+    record = make_record(config, setup, total_s)
+    return record, setup

@@ -1,0 +1,119 @@
+"""The in-process federation runtime: parties exchange messages only through it.
+
+A method is written as client steps and server steps. Whatever crosses between them goes through
+`Federation`: `broadcast` (server -> every client), `upload` (one client -> server, plaintext,
+e.g. split-learning messages), and `aggregate` (every client -> a sum revealed by the selected
+secure-aggregation protocol). The runtime counts bytes, times phases and records each party's
+view in the transcript.
+"""
+from __future__ import annotations
+
+import torch
+
+from privfgl.federation.channel import Channel
+from privfgl.federation.messages import SERVER, Message, client_name, payload_nbytes
+from privfgl.federation.timers import PhaseTimer
+from privfgl.federation.transcript import Transcript
+
+Tensors = dict[str, torch.Tensor]
+
+
+def flatten(tensors: Tensors) -> tuple[torch.Tensor, list[tuple[str, torch.Size]]]:
+    """Concatenate named tensors (sorted by name) into one float64 vector; returns it and the layout."""
+    layout = [(n, tensors[n].shape) for n in sorted(tensors)]
+    flat = torch.cat([tensors[n].detach().reshape(-1).to(torch.float64).cpu() for n, _ in layout]) \
+        if layout else torch.zeros(0, dtype=torch.float64)
+    return flat, layout
+
+
+def unflatten(flat: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> Tensors:
+    out, i = {}, 0
+    for name, shape in layout:
+        n = shape.numel()
+        out[name] = flat[i:i + n].reshape(shape)
+        i += n
+    return out
+
+
+class Federation:
+    """Routes messages between the server and `num_clients` clients.
+
+    protocol: an object with `name` and `aggregate(list[Tensor]) -> AggregationResult`
+    (see the `protocols` package). Protocols whose `reveals_to` is "clients" (homomorphic
+    encryption: only clients hold the secret key) reveal the sum to the clients; the server then
+    sees only ciphertexts.
+    """
+
+    def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None):
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        self.num_clients = num_clients
+        self.protocol = protocol
+        self.transcript = transcript or Transcript()
+        self.channel = Channel(self.transcript)
+        self.timer = PhaseTimer()
+        self.clients = [client_name(k) for k in range(num_clients)]
+
+    @property
+    def reveals_to(self) -> str:
+        return getattr(self.protocol, "reveals_to", "server")
+
+    def broadcast(self, round: int, name: str, tensors: Tensors) -> Tensors:
+        """Server sends the same plaintext tensors to every client; returns what they receive."""
+        nbytes = payload_nbytes(tensors)
+        for c in self.clients:
+            self.channel.deliver(Message(round, name, SERVER, c, "plaintext", nbytes, tensors))
+        return tensors
+
+    def upload(self, round: int, k: int, name: str, tensors: Tensors) -> Tensors:
+        """Client k sends plaintext tensors to the server (visible to it as they are)."""
+        self.channel.deliver(Message(round, name, client_name(k), SERVER, "plaintext", payload_nbytes(tensors), tensors))
+        return tensors
+
+    def aggregate(self, round: int, name: str, contributions: list[Tensors]) -> Tensors:
+        """Sum of the clients' named tensors, computed by the protocol. Weighted sums: pre-weight
+        on the client side. Returns the revealed sums (float64) with the contributions' shapes."""
+        if len(contributions) != self.num_clients:
+            raise ValueError(f"aggregate {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
+        flats, layout = zip(*(flatten(c) for c in contributions))
+        for k, lay in enumerate(layout):
+            if lay != layout[0]:
+                raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
+        result = self.protocol.aggregate(list(flats))
+        for phase, seconds in result.phases.items():
+            self.timer.add(phase, seconds)
+        total = unflatten(result.total.to(torch.float64), layout[0])
+        self._record_aggregation(round, name, contributions, result, total)
+        return total
+
+    def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors) -> None:
+        # What crossed the wire: each client's upload (as the protocol sent it) ...
+        for item in result.server_view:
+            party = item["party"]
+            if party == "reveal":
+                continue
+            k = int(party)
+            payload = contributions[k] if item["kind"] == "plaintext" else None
+            self.channel.deliver(Message(round, name, client_name(k), SERVER, item["kind"], int(item["bytes"]), payload))
+        # ... what comes back to the clients (aggregate ciphertext / revealed sum) ...
+        for k, nbytes in enumerate(result.bytes_down):
+            if nbytes:
+                kind = "aggregate" if self.reveals_to == "server" else "ciphertext"
+                tensors = total if self.reveals_to == "server" else None
+                self.channel.deliver(Message(round, name + ":result", SERVER, client_name(k), kind, int(nbytes), tensors))
+        # ... and who learns the revealed sum.
+        if self.reveals_to == "server":
+            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
+        else:
+            for c in self.clients:
+                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, total))
+
+    def cost(self) -> dict:
+        """Bytes sent by clients (up) and by the server (down), per party and in total."""
+        up = sum(self.channel.sent[c] for c in self.clients)
+        return {
+            "bytes_up": int(up),
+            "bytes_down": int(self.channel.sent[SERVER]),
+            "bytes_up_per_client": [int(self.channel.sent[c]) for c in self.clients],
+            "messages": self.channel.messages,
+        }

@@ -1,0 +1,47 @@
+"""What every method gets: the clients' private data, the runtime, the local trainers, the tracker."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from privfgl.evaluation import RoundTracker
+from privfgl.federation import Federation
+from privfgl.training import ModelConfig
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Settings shared by the baselines (method-specific ones have defaults that switch them off)."""
+    rounds: int = 100
+    local_epochs: int = 3
+    finetune_epochs: int = 0
+    mu: float = 0.01  # FedProx proximal weight
+    engine: str = "auto"
+    evaluation: str = "local_model"  # or "global_model" (see methods/fedavg.py)
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class Setup:
+    """A federation ready to run. `clients[k]` is client k's private subgraph (x, y, edge_index,
+    masks); methods hand it only to client-side code."""
+    clients: list[Data]
+    num_classes: int
+    model: ModelConfig
+    method: MethodConfig
+    federation: Federation
+    tracker: RoundTracker
+    device: str = "cpu"
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.clients[0].num_features)
+
+    def rounds(self, desc: str):
+        """range(rounds) with a progress bar on stderr (off when progress=False)."""
+        return tqdm(range(self.method.rounds), desc=desc, disable=not self.method.progress, leave=False,
+                    unit="round")

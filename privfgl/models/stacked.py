@@ -1,0 +1,170 @@
+"""All clients' models at once: stacked per-client parameters over a block-diagonal graph.
+
+This is a simulation accelerator, not a different algorithm. K clients' graphs are laid side by
+side as one block-diagonal graph (no edge crosses two clients), every parameter gets a leading
+client dimension [K, ...], and each layer multiplies client k's rows only by client k's weights.
+The loss is the sum of the clients' own mean losses, so each client's gradient is exactly the
+gradient of its own loss, and an element-wise optimizer (Adam, SGD) on the stacked tensors is K
+independent optimizers. The parameter names are those of the PyG backbones in this package, so
+`params[name][k]` loads into client k's PyG model (tests check both engines agree).
+
+Supported backbones: gcn, sage, sgc, mlp (GAT runs in the per-client loop engine).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.utils import add_remaining_self_loops, degree
+
+STACKABLE = ("gcn", "sage", "sgc", "mlp")
+
+
+class BlockGraph:
+    """K client graphs as one block-diagonal graph; client k owns rows ptr[k]:ptr[k+1].
+
+    xs: per-client features [n_k, F]; edge_indices: per-client local edge_index [2, E_k].
+    """
+
+    def __init__(self, xs: list[torch.Tensor], edge_indices: list[torch.Tensor], device: str | torch.device = "cpu"):
+        sizes = torch.tensor([x.shape[0] for x in xs])
+        self.num_clients = len(xs)
+        self.device = torch.device(device)
+        self.ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        self.num_nodes = int(self.ptr[-1])
+        self.client_of = torch.repeat_interleave(torch.arange(self.num_clients), sizes).to(self.device)
+        self.n_max = int(sizes.max())
+        local = torch.arange(self.num_nodes) - self.ptr[:-1].repeat_interleave(sizes)
+        self.pad_index = (self.client_of.cpu() * self.n_max + local).to(self.device)
+        self.x = torch.cat(xs).float().to(self.device)
+        self.edge_index = torch.cat([ei + int(o) for ei, o in zip(edge_indices, self.ptr[:-1])], dim=1).to(self.device)
+        self._cache: dict = {}
+
+    # ---- propagation operators (sparse CSR [N, N]) ------------------------------------------
+    def gcn_adj(self) -> "FixedSparse":
+        """Â = D^-1/2 (A + I) D^-1/2, exactly PyG's gcn_norm (messages flow source -> target)."""
+        if "gcn" not in self._cache:
+            ei, _ = add_remaining_self_loops(self.edge_index, num_nodes=self.num_nodes)
+            src, dst = ei
+            deg = degree(dst, self.num_nodes)
+            w = deg[src].rsqrt() * deg[dst].rsqrt()
+            self._cache["gcn"] = FixedSparse(dst, src, w, self.num_nodes, self.num_nodes)
+        return self._cache["gcn"]
+
+    def mean_adj(self) -> "FixedSparse":
+        """Row-normalised adjacency without self-loops: (M h)[i] = mean of h over i's in-neighbours."""
+        if "mean" not in self._cache:
+            src, dst = self.edge_index
+            deg = degree(dst, self.num_nodes).clamp(min=1)
+            self._cache["mean"] = FixedSparse(dst, src, 1.0 / deg[dst], self.num_nodes, self.num_nodes)
+        return self._cache["mean"]
+
+    def propagated_features(self, hops: int) -> torch.Tensor:
+        """Â^hops x [N, F] (fixed, for SGC)."""
+        key = f"sgc{hops}"
+        if key not in self._cache:
+            h = self.x
+            for _ in range(hops):
+                h = self.gcn_adj() @ h
+            self._cache[key] = h
+        return self._cache[key]
+
+    # ---- per-client linear maps ----------------------------------------------------------------
+    def input_linear(self, x: torch.Tensor, weight: torch.Tensor, key: str) -> torch.Tensor:
+        """Rows of fixed input x [N, F] times their client's weight[c]^T: weight [K, out, F] -> [N, out].
+
+        Sparse inputs (bag-of-words) use one sparse matrix S [N, K*F] whose row i holds x[i] in
+        client c(i)'s column block, so the whole layer is a single sparse-dense product.
+        """
+        K, out, F_in = weight.shape
+        if key not in self._cache:
+            density = float((x != 0).float().mean()) if x.numel() else 0.0
+            if density < 0.25:
+                rows, cols = x.nonzero(as_tuple=True)
+                block_cols = self.client_of[rows] * F_in + cols
+                self._cache[key] = FixedSparse(rows, block_cols, x[rows, cols], self.num_nodes, K * F_in)
+            else:
+                self._cache[key] = x
+        s = self._cache[key]
+        if isinstance(s, FixedSparse):
+            return s @ weight.transpose(1, 2).reshape(K * F_in, out)
+        return self.linear(s, weight)
+
+    def linear(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Rows of h [N, in] times their client's weight[c]^T, weight [K, out, in] -> [N, out] (padded bmm)."""
+        K, out, inn = weight.shape
+        padded = h.new_zeros(K * self.n_max, inn).index_copy(0, self.pad_index, h)
+        result = torch.bmm(padded.view(K, self.n_max, inn), weight.transpose(1, 2))
+        return result.reshape(K * self.n_max, out).index_select(0, self.pad_index)
+
+    def bias(self, b: torch.Tensor) -> torch.Tensor:
+        """Per-client bias [K, out] expanded to rows [N, out]."""
+        return b.index_select(0, self.client_of)
+
+
+class _FixedSparseMatmul(torch.autograd.Function):
+    """y = A @ h for a constant sparse A, with A^T precomputed for the backward pass
+    (torch's own CSR backward re-sorts A^T on every call)."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, a_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        ctx.a_t = a_t
+        return a @ h
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return None, None, ctx.a_t @ grad
+
+
+class FixedSparse:
+    """A constant sparse matrix [n, m] (CSR) and its transpose, usable as `A @ h` with autograd on h."""
+
+    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int):
+        self.a = _csr(rows, cols, vals, n_rows, n_cols)
+        self.a_t = _csr(cols, rows, vals, n_cols, n_rows)
+        self.layout = torch.sparse_csr
+
+    def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
+        if not h.requires_grad:
+            return self.a @ h
+        return _FixedSparseMatmul.apply(self.a, self.a_t, h)
+
+
+def dropout(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout from a uniform mask (2-3x faster on CPU than bernoulli_, same distribution)."""
+    if not training or p == 0.0:
+        return h
+    return h * (torch.rand_like(h) >= p) * (1.0 / (1.0 - p))
+
+
+def _csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int | None = None) -> torch.Tensor:
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state", invariant checks
+        warnings.simplefilter("ignore", UserWarning)
+        coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals.float(), (n_rows, n_cols or n_rows))
+        return coo.coalesce().to_sparse_csr()
+
+
+def stacked_forward(arch: str, params: dict[str, torch.Tensor], graph: BlockGraph, layers: int,
+                    p_drop: float, training: bool) -> torch.Tensor:
+    """Logits [N, C] of every client's model on its own rows. params: PyG names -> [K, ...]."""
+    act = F.relu
+    if arch == "sgc":
+        xs = graph.propagated_features(layers)
+        return graph.input_linear(xs, params["conv.lin.weight"], f"in:sgc{layers}") + graph.bias(params["conv.lin.bias"])
+    h = graph.x
+    for i in range(layers):
+        first = i == 0
+        lin = (lambda w, key: graph.input_linear(h, w, key)) if first else (lambda w, key: graph.linear(h, w))
+        if arch == "gcn":
+            out = graph.gcn_adj() @ lin(params[f"convs.{i}.lin.weight"], "in:x") + graph.bias(params[f"convs.{i}.bias"])
+        elif arch == "sage":
+            out = (graph.mean_adj() @ lin(params[f"convs.{i}.lin_l.weight"], "in:x")
+                   + graph.bias(params[f"convs.{i}.lin_l.bias"])
+                   + lin(params[f"convs.{i}.lin_r.weight"], "in:x"))
+        elif arch == "mlp":
+            out = lin(params[f"lins.{i}.weight"], "in:x") + graph.bias(params[f"lins.{i}.bias"])
+        else:
+            raise ValueError(f"model {arch!r} has no stacked form; stackable: {', '.join(STACKABLE)}")
+        h = out if i == layers - 1 else dropout(act(out), p_drop, training)
+    return h

@@ -1,0 +1,73 @@
+"""The run record (DESIGN.md "results schema") and its short text table."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+def make_record(config: dict, setup, total_s: float) -> dict:
+    """The JSON-serialisable record of one finished run."""
+    fed = setup.federation
+    cost = fed.cost()
+    cost["rounds"] = config.get("rounds")
+    return {
+        "schema": SCHEMA_VERSION,
+        "config": config,
+        "metrics": setup.tracker.summary(),
+        "cost": cost,
+        "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict()},
+        "privacy": {
+            "protocol": config.get("protocol"),
+            "server_view": server_view_summary(fed),
+            "dp": None, "epsilon": None, "delta": None,
+        },
+        "attacks": [],
+    }
+
+
+def server_view_summary(fed) -> str:
+    """One line on what the server observed, e.g. 'plaintext: 1000 messages; aggregate: 100'."""
+    counts = fed.transcript.summary("server")
+    return "; ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "nothing"
+
+
+def write_record(record: dict, path: str | os.PathLike) -> Path:
+    """Write atomically (temp file + rename) so an interrupted run never leaves half a record."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=_json_default))
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _fmt(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.4f}" if isinstance(x, float) else str(x)
+
+
+def format_table(records: list[dict]) -> str:
+    """A short fixed-width table: one row per record."""
+    cols = ["method", "dataset", "protocol", "test_acc", "test_f1_macro", "minority_acc", "best_round",
+            "MB_up", "seconds"]
+    rows = []
+    for r in records:
+        c, m = r["config"], r["metrics"]
+        rows.append([c["method"], c.get("dataset_name", c["dataset"]), c["protocol"], m["test_acc"], m["test_f1_macro"],
+                     m.get("minority_acc"), m["best_round"], r["cost"]["bytes_up"] / 1e6, r["time"]["total_s"]])
+    cells = [cols] + [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells)

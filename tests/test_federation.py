@@ -1,0 +1,72 @@
+"""The runtime: every byte crosses the channel, and every party's view is recorded."""
+import pytest
+import torch
+
+import protocols
+from privfgl.federation import SERVER, Federation, Transcript, client_name, flatten, unflatten
+
+
+def uploads(K=3, shape=(4, 2)):
+    return [{"w": torch.full(shape, float(k + 1)), "n": torch.tensor(float(k + 1))} for k in range(K)]
+
+
+def test_plain_aggregation_shows_the_server_every_upload_and_counts_their_bytes():
+    fed = Federation(3, protocols.get_protocol("plain"))
+    sums = fed.aggregate(0, "update", uploads())
+    assert torch.equal(sums["w"], torch.full((4, 2), 6.0, dtype=torch.float64))
+    assert float(sums["n"]) == 6.0
+    seen = fed.transcript.view(SERVER, name="update")
+    assert [m.sender for m in seen] == [client_name(k) for k in range(3)]
+    for k, m in enumerate(seen):
+        assert m.kind == "plaintext"
+        assert torch.equal(m.tensors["w"], uploads()[k]["w"])
+        assert m.nbytes == (8 + 1) * 8  # 9 float64 values
+    assert fed.cost()["bytes_up_per_client"] == [72, 72, 72]
+    assert fed.transcript.view(SERVER, name="update:sum")[0].tensors["n"] == 6.0
+
+
+def test_broadcast_counts_bytes_per_receiving_client():
+    fed = Federation(4, protocols.get_protocol("plain"))
+    fed.broadcast(0, "model", {"a": torch.zeros(10, dtype=torch.float32), "b": torch.zeros(3, 2)})
+    assert fed.cost()["bytes_down"] == 4 * (10 + 6) * 4
+    for k in range(4):
+        (m,) = fed.transcript.view(client_name(k))
+        assert (m.sender, m.name, m.nbytes) == (SERVER, "model", 64)
+
+
+def test_upload_is_a_plaintext_message_only_the_server_sees():
+    fed = Federation(2, protocols.get_protocol("plain"))
+    fed.upload(0, 1, "embedding", {"h": torch.ones(5)})
+    assert fed.transcript.view(SERVER)[0].sender == "client1"
+    assert fed.transcript.view("client0") == []
+
+
+def test_aggregate_rejects_mismatched_fields_and_wrong_client_count():
+    fed = Federation(2, protocols.get_protocol("plain"))
+    with pytest.raises(ValueError, match="client 1"):
+        fed.aggregate(0, "u", [{"a": torch.ones(2)}, {"b": torch.ones(2)}])
+    with pytest.raises(ValueError, match="expected 2 contributions"):
+        fed.aggregate(0, "u", [{"a": torch.ones(2)}])
+
+
+def test_flatten_roundtrip():
+    t = {"b": torch.arange(6.0).view(2, 3), "a": torch.tensor(2.0)}
+    flat, layout = flatten(t)
+    assert flat.dtype == torch.float64 and flat.numel() == 7
+    back = unflatten(flat, layout)
+    assert all(torch.equal(back[n], t[n].double()) for n in t)
+
+
+@pytest.mark.parametrize("keep, payload_rounds", [("all", {0, 1}), ("last", {1}), ("none", set())])
+def test_transcript_keeps_payloads_by_policy_and_metadata_always(keep, payload_rounds):
+    fed = Federation(2, protocols.get_protocol("plain"), Transcript(keep))
+    for r in range(2):
+        fed.aggregate(r, "u", uploads(2))
+    view = fed.transcript.view(SERVER, name="u")
+    assert len(view) == 4
+    assert {m.round for m in view if m.tensors is not None} == payload_rounds
+
+
+def test_unknown_transcript_policy_is_rejected():
+    with pytest.raises(ValueError, match="valid: all, last, none"):
+        Transcript("some")
