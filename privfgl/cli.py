@@ -51,11 +51,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--weight-decay", type=float)
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--protocol", help="plain, crypten, ckks, bfv")
+    a("--crypten-mode", choices=("inprocess", "multiprocess"),
+      help="crypten only: simulate the parties in this process (default) or run each client and the server "
+           "as its own OS process over torch.distributed")
     a("--protocol-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="protocol parameter, e.g. precision_bits=20 or mode=multiprocess (repeatable)")
     a("--partition-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="partition parameter, e.g. alpha=0.5 for dirichlet (repeatable)")
+    a("--method-param", type=_key_value, action="append", metavar="KEY=VALUE",
+      help="method-specific setting (repeatable)")
     a("--seed", type=int)
+    a("--partition-seed", type=int, help="seed of the partition and splits (default: --seed)")
     a("--device", help="cpu (default) or cuda")
     a("--engine", help="auto (default), stacked (all clients at once), looped (one model per client)")
     a("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
@@ -79,6 +85,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             values[name] = v
     if args.protocol_param:
         values["protocol_params"] = {**values.get("protocol_params", {}), **dict(args.protocol_param)}
+    if getattr(args, "crypten_mode", None):
+        if values.get("protocol", "plain") != "crypten":
+            raise ConfigError("--crypten-mode needs --protocol crypten")
+        values["protocol_params"] = {**values.get("protocol_params", {}), "mode": args.crypten_mode}
+    if args.method_param:
+        values["method_params"] = {**values.get("method_params", {}), **dict(args.method_param)}
     if args.partition_param:
         values["partition_params"] = {**values.get("partition_params", {}), **dict(args.partition_param)}
     if args.offline:
@@ -142,10 +154,11 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from privfgl.results import format_table, write_record
     out_dir = Path(args.out_dir)
     try:
-        data = load_dataset("cora", args.data_root)
+        data = load_dataset("cora", args.data_root, download=not args.offline)
     except DatasetUnavailable as e:
-        print(f"Cora is not available ({e}); running on the built-in synthetic graph 'sbm' instead.")
-        data = load_dataset("sbm", args.data_root)
+        reason = " ".join(str(e).split())
+        print(f"Cora is not available ({reason}); running on the built-in synthetic graph 'sbm' instead.")
+        data = load_dataset("sbm")
     records = []
     for method in ("local", "fedavg"):
         cfg = RunConfig(method=method, dataset=str(getattr(data, "name", "cora")), partition="louvain", clients=10,
@@ -170,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_q = sub.add_parser("quickstart", help="FedAvg vs Local on Cora (what `make run` runs)")
     p_q.add_argument("--data-root")
     p_q.add_argument("--rounds", type=int, default=100)
+    p_q.add_argument("--offline", action="store_true", help="never download Cora")
     p_q.add_argument("--seed", type=int, default=0)
     p_q.add_argument("--out-dir", default="runs")
     p_q.set_defaults(func=cmd_quickstart)

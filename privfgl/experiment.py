@@ -50,7 +50,9 @@ class RunConfig:
     protocol: str = "plain"
     protocol_params: dict = field(default_factory=dict)
     partition_params: dict = field(default_factory=dict)
+    method_params: dict = field(default_factory=dict)
     seed: int = 0
+    partition_seed: int | None = None  # None: the run's seed (O-pFGL's code fixes it and varies only training)
     device: str = "cpu"
     engine: str = "auto"
     evaluation: str = "local_model"
@@ -122,14 +124,15 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     if data is None:
         data = load_dataset(cfg.dataset, cfg.data_root, download=cfg.download)
     cache = partition_cache_dir()
-    parts = partition_nodes(data, cfg.partition, cfg.clients, seed=cfg.seed, cache_dir=cache, **cfg.partition_params)
+    data_seed = cfg.seed if cfg.partition_seed is None else cfg.partition_seed
+    parts = partition_nodes(data, cfg.partition, cfg.clients, seed=data_seed, cache_dir=cache, **cfg.partition_params)
     clients = client_subgraphs(data, parts)
-    split_clients(clients, *cfg.split, seed=cfg.seed)
+    split_clients(clients, *cfg.split, seed=data_seed)
     protocol = protocols.get_protocol(cfg.protocol, **cfg.protocol_params)
     federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript))
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
-                          cfg.seed, cfg.progress)
+                          cfg.seed, cfg.progress, dict(cfg.method_params))
     tracker = RoundTracker(clients, int(data.num_classes))
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
                  extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes)})

@@ -57,6 +57,12 @@ def test_flatten_roundtrip():
     assert all(torch.equal(back[n], t[n].double()) for n in t)
 
 
+def test_integer_fields_are_summed_as_integers():
+    fed = Federation(2, protocols.get_protocol("plain"))
+    sums = fed.aggregate(0, "counts", [{"n": torch.tensor([1, 2])}, {"n": torch.tensor([3, 4])}])
+    assert sums["n"].dtype == torch.int64 and sums["n"].tolist() == [4, 6]
+
+
 @pytest.mark.parametrize("keep, payload_rounds", [("all", {0, 1}), ("last", {1}), ("none", set())])
 def test_transcript_keeps_payloads_by_policy_and_metadata_always(keep, payload_rounds):
     fed = Federation(2, protocols.get_protocol("plain"), Transcript(keep))

@@ -19,10 +19,13 @@ Tensors = dict[str, torch.Tensor]
 
 
 def flatten(tensors: Tensors) -> tuple[torch.Tensor, list[tuple[str, torch.Size]]]:
-    """Concatenate named tensors (sorted by name) into one float64 vector; returns it and the layout."""
+    """Concatenate named tensors (sorted by name) into one vector: int64 when every field is an
+    integer tensor (counts: exact under bfv), else float64. Returns it and the layout."""
     layout = [(n, tensors[n].shape) for n in sorted(tensors)]
-    flat = torch.cat([tensors[n].detach().reshape(-1).to(torch.float64).cpu() for n, _ in layout]) \
-        if layout else torch.zeros(0, dtype=torch.float64)
+    integer = bool(layout) and all(not tensors[n].is_floating_point() for n, _ in layout)
+    dtype = torch.int64 if integer else torch.float64
+    flat = torch.cat([tensors[n].detach().reshape(-1).to(dtype).cpu() for n, _ in layout]) \
+        if layout else torch.zeros(0, dtype=dtype)
     return flat, layout
 
 
@@ -70,19 +73,21 @@ class Federation:
         self.channel.deliver(Message(round, name, client_name(k), SERVER, "plaintext", payload_nbytes(tensors), tensors))
         return tensors
 
-    def aggregate(self, round: int, name: str, contributions: list[Tensors]) -> Tensors:
-        """Sum of the clients' named tensors, computed by the protocol. Weighted sums: pre-weight
-        on the client side. Returns the revealed sums (float64) with the contributions' shapes."""
+    def aggregate(self, round: int, name: str, contributions: list[Tensors], protocol=None) -> Tensors:
+        """Sum of the clients' named tensors, computed by the protocol (the federation's, or
+        `protocol` for this one sum, e.g. BFV for integer counts beside CKKS for floats).
+        Weighted sums: pre-weight on the client side. Returns the revealed sums (float64) with
+        the contributions' shapes (int64 when every field is integer, else float64)."""
         if len(contributions) != self.num_clients:
             raise ValueError(f"aggregate {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
         flats, layout = zip(*(flatten(c) for c in contributions))
         for k, lay in enumerate(layout):
             if lay != layout[0]:
                 raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
-        result = self.protocol.aggregate(list(flats))
+        result = (protocol or self.protocol).aggregate(list(flats))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
-        total = unflatten(result.total.to(torch.float64), layout[0])
+        total = unflatten(result.total, layout[0])
         self._record_aggregation(round, name, contributions, result, total)
         return total
 

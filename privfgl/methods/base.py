@@ -22,6 +22,7 @@ class MethodConfig:
     evaluation: str = "local_model"  # or "global_model" (see methods/fedavg.py)
     seed: int = 0
     progress: bool = True
+    params: dict = field(default_factory=dict)  # method-specific settings (--method-param KEY=VALUE)
 
 
 @dataclass

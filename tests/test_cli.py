@@ -1,0 +1,85 @@
+"""The command line: one clear line for bad input, a record for a good run."""
+import json
+
+import pytest
+
+from privfgl.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _partition_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_run_writes_the_record_and_prints_a_table(planetoid_root, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, stdout, _ = run_cli(capsys, "run", "--method", "fedavg", "--dataset", "cora", "--partition", "louvain",
+                              "--clients", "5", "--rounds", "2", "--seed", "1", "--data-root", str(planetoid_root),
+                              "--offline", "--no-progress", "--out", str(out))
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert record["config"]["clients"] == 5 and record["config"]["seed"] == 1
+    assert "test_acc" in stdout and "fedavg" in stdout
+
+
+def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("method: local\nclients: 3\nrounds: 2\nsplit: [0.3, 0.3, 0.4]\n")
+    out = tmp_path / "r.json"
+    code, _, _ = run_cli(capsys, "run", "--config", str(cfg), "--rounds", "1", "--data-root", str(planetoid_root),
+                         "--offline", "--no-progress", "--out", str(out))
+    assert code == 0
+    c = json.loads(out.read_text())["config"]
+    assert (c["method"], c["clients"], c["rounds"], c["split"]) == ("local", 3, 1, [0.3, 0.3, 0.4])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dataset", "imagenet"], "unknown dataset 'imagenet'"),
+    (["--method", "fedsgd"], "invalid method 'fedsgd'; valid: local, fedavg, fedprox"),
+    (["--partition", "random"], "random"),
+    (["--clients", "5000"], "5000"),
+    (["--split", "0.6,0.4,0.4"], "split"),
+    (["--protocol", "rot13"], "invalid protocol 'rot13'"),
+    (["--evaluation", "oracle"], "invalid evaluation"),
+])
+def test_bad_input_gives_one_clear_line_and_exit_code_2(planetoid_root, capsys, argv, message):
+    code, _, err = run_cli(capsys, "run", "--dataset", "cora", "--data-root", str(planetoid_root), "--offline",
+                           "--rounds", "1", "--no-progress", *argv)
+    assert code == 2
+    assert err.startswith("privfgl: error:") and message.lower() in err.lower()
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_dataset_offline_names_the_root_and_the_files(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "run", "--dataset", "citeseer", "--data-root", str(tmp_path), "--offline")
+    assert code == 2
+    assert str(tmp_path) in err and "ind.citeseer" in err
+
+
+def test_unknown_config_key_is_named(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"methd": "fedavg"}))
+    code, _, err = run_cli(capsys, "run", "--config", str(cfg))
+    assert code == 2 and "methd" in err
+
+
+def test_datasets_lists_what_is_on_disk(planetoid_root, capsys):
+    code, stdout, _ = run_cli(capsys, "datasets", "--data-root", str(planetoid_root))
+    assert code == 0
+    lines = {line.split()[0]: line for line in stdout.splitlines()[1:] if line.startswith("  ")}
+    assert "available" in lines["cora"] and "missing" in lines["pubmed"]
+
+
+def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
+    code, stdout, _ = run_cli(capsys, "quickstart", "--data-root", str(tmp_path / "empty"), "--rounds", "2", "--offline",
+                              "--out-dir", str(tmp_path / "runs"))
+    assert code == 0
+    assert "Cora is not available" in stdout and "synthetic" in stdout
+    assert len(stdout.split("Cora is not available")[0].strip().splitlines()) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["quickstart-fedavg.json", "quickstart-local.json"]
