@@ -1,0 +1,78 @@
+"""Contextual SBM: seeded, shaped as asked, with the asked homophily and degree."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from privfgl.data import SYNTHETIC_PRESETS, DataError, contextual_sbm
+
+
+def edge_homophily(data) -> float:
+    src, dst = data.edge_index
+    return (data.y[src] == data.y[dst]).float().mean().item()
+
+
+def test_seeded():
+    a, b = contextual_sbm(500, 4, 16, seed=7), contextual_sbm(500, 4, 16, seed=7)
+    c = contextual_sbm(500, 4, 16, seed=8)
+    assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.edge_index, b.edge_index)
+    assert not torch.equal(a.edge_index, c.edge_index)
+
+
+@pytest.mark.parametrize("homophily", [0.1, 0.5, 0.9])
+def test_homophily_and_degree(homophily):
+    data = contextual_sbm(5000, 5, 8, homophily=homophily, avg_degree=8.0, seed=0)
+    assert edge_homophily(data) == pytest.approx(homophily, abs=0.03)
+    assert data.edge_index.size(1) / data.num_nodes == pytest.approx(8.0, rel=0.05)
+    assert torch.bincount(data.y).tolist() == [1000] * 5
+    assert not (data.edge_index[0] == data.edge_index[1]).any()
+
+
+def test_features_carry_class_signal():
+    data = contextual_sbm(3000, 3, 64, feature_signal=4.0, seed=0)
+    means = torch.stack([data.x[data.y == c].mean(0) for c in range(3)])
+    nearest = torch.cdist(data.x, means).argmin(1)
+    assert (nearest == data.y).float().mean() > 0.8
+    assert data.x.dtype == torch.float32
+
+
+def test_single_class_and_edgeless_graphs():
+    one = contextual_sbm(50, 1, 4, homophily=0.0, seed=0)
+    assert one.edge_index.size(1) > 0 and edge_homophily(one) == 1.0
+    assert contextual_sbm(50, 2, 4, avg_degree=0.0).edge_index.size(1) == 0
+
+
+def test_100k_nodes_in_seconds():
+    start = time.perf_counter()
+    data = contextual_sbm(100_000, 10, 32, avg_degree=10.0, seed=0)
+    assert time.perf_counter() - start < 10.0
+    assert data.num_nodes == 100_000 and edge_homophily(data) == pytest.approx(0.8, abs=0.01)
+
+
+def test_presets_shaped_like_real_datasets():
+    shapes = {name: (p["num_nodes"], p["num_features"], p["num_classes"])
+              for name, p in SYNTHETIC_PRESETS.items()}
+    assert shapes["sbm-pubmed"] == (19717, 500, 3)
+    assert shapes["sbm-computers"] == (13752, 767, 10)
+    assert shapes["sbm-photo"] == (7650, 745, 8)
+    assert shapes["sbm-cs"] == (18333, 6805, 15)
+    assert shapes["sbm-physics"] == (34493, 8415, 5)
+    assert shapes["sbm-wikics"] == (11701, 300, 10)
+    assert len(shapes) == 6
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_nodes=0), "num_nodes"),
+    (dict(num_classes=20), "num_classes"),
+    (dict(num_features=0), "num_features"),
+    (dict(homophily=1.5), "homophily"),
+    (dict(avg_degree=-1.0), "avg_degree"),
+    (dict(feature_signal=float("nan")), "feature_signal"),
+])
+def test_bad_arguments(kwargs, match):
+    args = {"num_nodes": 10, "num_classes": 2, "num_features": 3, **kwargs}
+    with pytest.raises(DataError, match=match):
+        contextual_sbm(**args)
