@@ -42,9 +42,8 @@ class Federation:
     """Routes messages between the server and `num_clients` clients.
 
     protocol: an object with `name` and `aggregate(list[Tensor]) -> AggregationResult`
-    (see the `protocols` package). Protocols whose `reveals_to` is "clients" (homomorphic
-    encryption: only clients hold the secret key) reveal the sum to the clients; the server then
-    sees only ciphertexts.
+    (see the `protocols` package). Every protocol reveals the sum, and only the sum, to the
+    server: under HE the key-holding client decrypts the aggregate ciphertext and returns it.
     """
 
     def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None):
@@ -56,10 +55,6 @@ class Federation:
         self.channel = Channel(self.transcript)
         self.timer = PhaseTimer()
         self.clients = [client_name(k) for k in range(num_clients)]
-
-    @property
-    def reveals_to(self) -> str:
-        return getattr(self.protocol, "reveals_to", "server")
 
     def broadcast(self, round: int, name: str, tensors: Tensors) -> Tensors:
         """Server sends the same plaintext tensors to every client; returns what they receive."""
@@ -99,19 +94,18 @@ class Federation:
                 continue
             k = int(party)
             payload = contributions[k] if item["kind"] == "plaintext" else None
-            self.channel.deliver(Message(round, name, client_name(k), SERVER, item["kind"], int(item["bytes"]), payload))
-        # ... what comes back to the clients (aggregate ciphertext / revealed sum) ...
+            step = item.get("step", "input")  # e.g. crypten's reveal shares: a second message per client
+            label = name if step == "input" else f"{name}:{step}"
+            self.channel.deliver(Message(round, label, client_name(k), SERVER, item["kind"], int(item["bytes"]), payload))
+        # ... protocol traffic back to the clients (peers' secret shares, or the aggregate
+        # ciphertext to the key holder), opaque unless the protocol is plain ...
+        kind = next((i["kind"] for i in result.server_view if i["party"] != "reveal"), "plaintext")
         for k, nbytes in enumerate(result.bytes_down):
             if nbytes:
-                kind = "aggregate" if self.reveals_to == "server" else "ciphertext"
-                tensors = total if self.reveals_to == "server" else None
-                self.channel.deliver(Message(round, name + ":result", SERVER, client_name(k), kind, int(nbytes), tensors))
-        # ... and who learns the revealed sum.
-        if self.reveals_to == "server":
-            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
-        else:
-            for c in self.clients:
-                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, total))
+                tensors = total if kind == "plaintext" else None
+                self.channel.deliver(Message(round, name + ":down", SERVER, client_name(k), kind, int(nbytes), tensors))
+        # ... and the revealed sum, which every protocol opens to the server (and only the sum).
+        self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
 
     def cost(self) -> dict:
         """Bytes sent by clients (up) and by the server (down), per party and in total."""

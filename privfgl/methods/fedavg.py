@@ -3,9 +3,8 @@
 Per round: the server's global model reaches every client; each client trains `local_epochs`
 epochs (FedProx adds (mu/2)·||w − w_global||²); each client uploads n_k·w_k and n_k (n_k: its
 number of training nodes) through the secure-aggregation protocol; the revealed sums give
-w_global = Σ n_k w_k / Σ n_k. Under a protocol that reveals to the server (plain, crypten) the
-server broadcasts w_global; under HE (ckks, bfv) only clients can decrypt, so they compute it
-themselves from the returned aggregate.
+w_global = Σ n_k w_k / Σ n_k, which the server broadcasts (every protocol reveals the sums, and
+only the sums, to the server).
 
 Evaluation (`evaluation`): "local_model" (default, OpenFGL's `local_model_on_local_data`): each
 client evaluates the model it just trained, before the new global model replaces it;
@@ -46,14 +45,11 @@ def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
             upload["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
             uploads.append(upload)
         sums = fed.aggregate(r, "model_update", uploads)
-        # whoever the sum is revealed to computes the weighted mean
+        # server: the weighted mean from the revealed sums, broadcast to every client
         total = sums.pop("n").clamp(min=1.0)
         new_global = {name: (s / total).to(global_params[name].dtype) for name, s in sums.items()}
-        if fed.reveals_to == "server":
-            with timer.phase("broadcast"):
-                received = fed.broadcast(r, "global_model", new_global)
-        else:
-            received = new_global
+        with timer.phase("broadcast"):
+            received = fed.broadcast(r, "global_model", new_global)
         with timer.phase("set_params"):
             trainers.set_all_params(received)
         if m.evaluation == "global_model":
