@@ -1,0 +1,142 @@
+"""Cost and accuracy of every secure-aggregation backend: time per phase, bytes, max error.
+
+Each row sums K client vectors of n unit-scale values (uniform in [-1, 1], float64) once (after
+one warm-up sum of the same size) and reports the phase times, the bytes each client uploads, the
+upload bytes per value, the max abs error against a float64 reference sum, the backend's own
+error bound, and the total time relative to `plain` on the same inputs. Key generation and
+process start-up are excluded from the rows and printed separately.
+
+    python experiments/bench_protocols.py --quick           # small grid, in-process backends
+    python experiments/bench_protocols.py                   # n 1e3..1e6, K 2..100 (skips noted)
+    python experiments/bench_protocols.py --multiprocess    # add crypten multi-process rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from protocols import get_protocol
+
+# label -> (backend, params, cost class used to skip the slowest combinations)
+BACKENDS: dict[str, tuple[str, dict, str]] = {
+    "plain": ("plain", {}, "cheap"),
+    "crypten": ("crypten", {}, "shares"),
+    "ckks:default": ("ckks", {"preset": "default"}, "he-heavy"),
+    "ckks:sum": ("ckks", {"preset": "sum"}, "he"),
+    "bfv:default": ("bfv", {"preset": "default"}, "he-heavy"),
+    "bfv:sum": ("bfv", {"preset": "sum"}, "he"),
+}
+MP_LABEL = "crypten:mp"
+
+
+def too_slow(cost: str, clients: int, size: int) -> str | None:
+    """A note when a combination is skipped by default (estimated minutes on 2 cores), else None."""
+    if cost == "he-heavy" and clients * size > 1e7:
+        return "K*n > 1e7 (default HE presets: 1.3-3 s per client per 1e6 values)"
+    if cost == "he" and clients * size > 2e7:
+        return "K*n > 2e7 (sum HE preset)"
+    if cost == "shares" and clients * clients * size > 2e9:
+        return "K^2*n > 2e9 (in-process sharing is O(K^2 n))"
+    if cost == "mp" and (clients > 10 or size > 1e5):
+        return "multi-process rows limited to K <= 10, n <= 1e5"
+    return None
+
+
+def inputs(clients: int, size: int, seed: int) -> list[torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return [torch.from_numpy(rng.uniform(-1.0, 1.0, size)) for _ in range(clients)]
+
+
+def measure(protocol, xs: list[torch.Tensor], reference: np.ndarray) -> dict:
+    protocol.aggregate(xs)  # warm-up (and multi-process start-up), not timed
+    t0 = time.perf_counter()
+    result = protocol.aggregate(xs)
+    wall = time.perf_counter() - t0
+    size = xs[0].numel()
+    return {
+        **{k: result.phases[k] for k in ("protect", "aggregate", "reveal")},
+        "total": wall,
+        "up_per_client": max(result.bytes_up),
+        "bytes_per_value": result.bytes_up[-1] / size,
+        "max_err": float(np.max(np.abs(result.total.numpy() - reference))),
+        "bound": result.error_bound,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="n in {1e3, 1e4, 92000}, K in {2, 10}")
+    parser.add_argument("--sizes", type=float, nargs="+", help="vector sizes n (default 1e3 1e4 1e5 1e6)")
+    parser.add_argument("--clients", type=int, nargs="+", help="client counts K (default 2 10 100)")
+    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS) + [MP_LABEL], help="subset of rows")
+    parser.add_argument("--multiprocess", action="store_true", help=f"add {MP_LABEL} rows")
+    parser.add_argument("--all", action="store_true", help="do not skip the slow combinations")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    sizes = [int(s) for s in (args.sizes or ([1e3, 1e4, 92000] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
+    clients = args.clients or ([2, 10] if args.quick else [2, 10, 100])
+    labels = args.backends or list(BACKENDS) + ([MP_LABEL] if args.multiprocess else [])
+    if "plain" not in labels:
+        labels = ["plain"] + labels  # the ratio column needs it
+
+    protocols, setup = {}, {}
+    for label in labels:
+        t0 = time.perf_counter()
+        if label == MP_LABEL:
+            protocols[label] = get_protocol("crypten", mode="multiprocess")
+        else:
+            name, params, _ = BACKENDS[label]
+            protocols[label] = get_protocol(name, **params)
+        setup[label] = time.perf_counter() - t0
+
+    header = (
+        f"{'backend':<13}{'K':>4}{'n':>9}{'protect_s':>11}{'aggr_s':>9}{'reveal_s':>10}{'total_s':>9}"
+        f"{'up_B/client':>13}{'B/value':>9}{'max_err':>10}{'bound':>10}{'x_plain':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    skipped = []
+    for size in sizes:
+        for k in clients:
+            xs = inputs(k, size, args.seed)
+            reference = xs[0].numpy().copy()
+            for x in xs[1:]:
+                reference += x.numpy()
+            plain_total = None
+            for label in labels:
+                cost = "mp" if label == MP_LABEL else BACKENDS[label][2]
+                note = None if args.all else too_slow(cost, k, size)
+                if note:
+                    skipped.append(f"{label} K={k} n={size}: {note}")
+                    continue
+                row = measure(protocols[label], xs, reference)
+                if label == "plain":
+                    plain_total = row["total"]
+                ratio = row["total"] / plain_total if plain_total else float("nan")
+                print(
+                    f"{label:<13}{k:>4}{size:>9}{row['protect']:>11.4f}{row['aggregate']:>9.4f}"
+                    f"{row['reveal']:>10.4f}{row['total']:>9.4f}{row['up_per_client']:>13,}"
+                    f"{row['bytes_per_value']:>9.2f}{row['max_err']:>10.2e}{row['bound']:>10.2e}{ratio:>9.1f}",
+                    flush=True,
+                )
+    print()
+    for label in labels:
+        extra = ""
+        if label == MP_LABEL:
+            extra = f"; process start-up {protocols[label].startup_seconds:.2f} s (last start)"
+        print(f"setup {label}: {setup[label]:.3f} s{extra}")
+    for line in skipped:
+        print(f"skipped {line}")
+    for protocol in protocols.values():
+        protocol.close()
+
+
+if __name__ == "__main__":
+    main()

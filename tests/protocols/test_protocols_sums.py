@@ -1,0 +1,230 @@
+"""Every backend: secure sum == exact sum within error_bound, views, bytes, and input errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from protocol_cases import BACKENDS
+
+from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
+
+KEYS = list(BACKENDS)
+SECURE_KEYS = [k for k in KEYS if k != "plain"]
+
+
+def exact_sum(xs: list[torch.Tensor]) -> np.ndarray:
+    """Correctly rounded float64 sum per element (math.fsum), shaped like the inputs."""
+    stacked = np.stack([x.to(torch.float64).reshape(-1).numpy() for x in xs])
+    sums = np.array([math.fsum(col) for col in stacked.T], dtype=np.float64)
+    return sums.reshape(tuple(xs[0].shape))
+
+
+def assert_within_bound(result, xs: list[torch.Tensor]) -> None:
+    ref = exact_sum(xs)
+    got = result.total.numpy()
+    assert got.shape == ref.shape
+    err = np.abs(got - ref)
+    # fsum is itself rounded once: allow half an ulp of the reference on top of the bound.
+    slack = np.abs(ref) * 2.0**-53
+    assert np.all(err <= result.error_bound + slack), (float(err.max()), result.error_bound)
+
+
+@st.composite
+def client_tensors(draw, max_abs: float, max_clients: int = 20):
+    """1..max_clients float64 tensors of one shape (scalars included) whose sum stays in range."""
+    k = draw(st.integers(1, max_clients))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=0, max_size=3)))
+    magnitude = draw(st.sampled_from([0.0, 1e-9, 1e-3, 1.0, 1e3, max_abs]))
+    limit = magnitude / k
+    elements = st.floats(-limit, limit, allow_nan=False, allow_infinity=False) if limit > 0 else st.just(0.0)
+    xs = [torch.from_numpy(draw(arrays(np.float64, shape, elements=elements))) for _ in range(k)]
+    if draw(st.booleans()):  # client-side pre-weighting: client k sends w_k * x_k
+        weights = draw(st.lists(st.floats(0, 1), min_size=k, max_size=k))
+        xs = [w * x for w, x in zip(weights, xs)]
+    return xs
+
+
+@pytest.mark.parametrize("key", KEYS)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_sum_matches_exact_within_bound(protocol_cache, key, data):
+    xs = data.draw(client_tensors(BACKENDS[key][2]))
+    result = protocol_cache(key).aggregate(xs)
+    assert result.total.dtype == torch.float64
+    assert_within_bound(result, xs)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_mixed_signs_and_float32_inputs(protocol_cache, key):
+    gen = torch.Generator().manual_seed(7)
+    xs = [torch.randn(3, 7, generator=gen) * 10 for _ in range(6)]  # float32
+    xs[2] = -xs[1]  # exact cancellation
+    xs[4] = torch.zeros(3, 7)
+    result = protocol_cache(key).aggregate(xs)
+    assert result.total.shape == (3, 7)
+    assert_within_bound(result, xs)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_permutation_invariance(protocol_cache, key):
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.rand(50, generator=gen, dtype=torch.float64) * 2 - 1 for _ in range(5)]
+    protocol = protocol_cache(key)
+    a = protocol.aggregate(xs)
+    b = protocol.aggregate(xs[::-1])
+    assert torch.max(torch.abs(a.total - b.total)) <= a.error_bound + b.error_bound
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_single_client_returns_its_input(protocol_cache, key):
+    x = torch.tensor([[0.25, -3.5], [2.0**-10, 7.0]], dtype=torch.float64)
+    result = protocol_cache(key).aggregate([x])
+    assert torch.max(torch.abs(result.total - x)) <= result.error_bound
+    if key in ("plain", "crypten", "crypten-p24", "bfv-default", "bfv-sum"):
+        assert torch.equal(result.total, x)  # on the fixed-point grid: exact
+
+
+@pytest.mark.parametrize("key", ["plain", "crypten", "bfv-default", "bfv-sum"])
+@settings(max_examples=10, deadline=None)
+@given(
+    xs=st.integers(1, 20).flatmap(
+        lambda k: st.lists(
+            arrays(np.int64, (6,), elements=st.integers(-(2**20), 2**20)), min_size=k, max_size=k
+        )
+    )
+)
+def test_integer_counts_are_exact(protocol_cache, key, xs):
+    tensors = [torch.from_numpy(x) for x in xs]
+    result = protocol_cache(key).aggregate(tensors)
+    assert result.total.dtype == torch.int64
+    assert result.error_bound == 0.0
+    assert torch.equal(result.total, torch.from_numpy(np.sum(xs, axis=0)))
+
+
+def test_secure_sum_entry_point_all_backends():
+    xs = [torch.tensor([1.5, -2.0]), torch.tensor([0.25, 4.0])]
+    for name in PROTOCOLS:
+        total = secure_sum(name, xs)
+        assert total.dtype == torch.float64
+        assert torch.allclose(total, torch.tensor([1.75, 2.0], dtype=torch.float64), atol=1e-5)
+
+
+# --- what the server observed, and the byte counts ------------------------------------------
+
+
+def test_plain_view_holds_each_client_tensor(protocol_cache):
+    xs = [torch.arange(6, dtype=torch.float32).reshape(2, 3) * k for k in range(1, 4)]
+    result = protocol_cache("plain").aggregate(xs)
+    uploads = [v for v in result.server_view if v["party"] != "reveal"]
+    assert [v["party"] for v in uploads] == [0, 1, 2]
+    for v, x in zip(uploads, xs):
+        assert v["kind"] == "plaintext"
+        assert torch.equal(v["tensor"], x)
+        assert v["bytes"] == x.numel() * x.element_size() == 24
+    assert result.bytes_up == [24, 24, 24]
+    assert torch.equal(result.server_view[-1]["tensor"], result.total)
+
+
+@pytest.mark.parametrize("key", SECURE_KEYS)
+def test_secure_view_holds_no_client_values(protocol_cache, key):
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.rand(40, generator=gen, dtype=torch.float64) + 5 * k for k in range(4)]
+    result = protocol_cache(key).aggregate(xs)
+    reveal = [v for v in result.server_view if v["party"] == "reveal"]
+    assert len(reveal) == 1 and reveal[0]["kind"] == "aggregate"
+    assert torch.equal(reveal[0]["tensor"], result.total)
+    blobs = [v for v in result.server_view if v["party"] != "reveal"]
+    assert blobs, "the server must have received messages"
+    for v in blobs:
+        assert v["kind"] in ("ciphertext", "share")
+        assert v["bytes"] > 0
+        assert not any(isinstance(value, (torch.Tensor, np.ndarray, list)) for value in v.values())
+    assert {v["party"] for v in blobs} == {0, 1, 2, 3}
+    assert all(b > 0 for b in result.bytes_up)
+    assert all(b >= 0 for b in result.bytes_down)
+    assert set(result.phases) == {"protect", "aggregate", "reveal"}
+    assert all(t >= 0 for t in result.phases.values())
+
+
+@pytest.mark.parametrize("key", SECURE_KEYS)
+def test_secure_upload_grows_with_size(protocol_cache, key):
+    protocol = protocol_cache(key)
+    small = protocol.aggregate([torch.zeros(10), torch.zeros(10)]).bytes_up[1]
+    large = protocol.aggregate([torch.zeros(20000), torch.zeros(20000)]).bytes_up[1]
+    assert large > small > 0
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_input_errors(protocol_cache, key):
+    protocol = protocol_cache(key)
+    with pytest.raises(ProtocolError, match="non-empty list"):
+        protocol.aggregate([])
+    with pytest.raises(ProtocolError, match=r"contributions\[2\] has shape \(3,\) but contributions\[0\] has shape \(2,\)"):
+        protocol.aggregate([torch.zeros(2), torch.zeros(2), torch.zeros(3)])
+    with pytest.raises(ProtocolError, match=r"contributions\[1\] contains NaN"):
+        protocol.aggregate([torch.zeros(2), torch.tensor([0.0, float("nan")])])
+    with pytest.raises(ProtocolError, match=r"contributions\[0\] contains NaN or Inf"):
+        protocol.aggregate([torch.tensor([float("-inf"), 0.0]), torch.zeros(2)])
+    with pytest.raises(ProtocolError, match="hold no values"):
+        protocol.aggregate([torch.zeros(0), torch.zeros(0)])
+    with pytest.raises(ProtocolError, match="dtype torch.bool"):
+        protocol.aggregate([torch.zeros(2, dtype=torch.bool)])
+    with pytest.raises(ProtocolError, match="mixes floating and integer"):
+        protocol.aggregate([torch.zeros(2), torch.zeros(2, dtype=torch.int64)])
+    with pytest.raises(ProtocolError, match=r"contributions\[1\]: expected a torch.Tensor"):
+        protocol.aggregate([torch.zeros(2), [1.0, 2.0]])
+
+
+@pytest.mark.parametrize("key", SECURE_KEYS)
+def test_out_of_range_raises_never_wraps(protocol_cache, key):
+    protocol = protocol_cache(key)
+    limit = BACKENDS[key][3]
+    with pytest.raises(ProtocolError, match=r"contributions\[1\] has \|value\| up to 1e\+30"):
+        protocol.aggregate([torch.zeros(3, dtype=torch.float64), torch.tensor([0.0, 1e30, 0.0], dtype=torch.float64)])
+    # Just inside the range is accepted ...
+    inside = torch.full((3,), limit * 0.99, dtype=torch.float64)
+    assert_within_bound(protocol.aggregate([inside]), [inside])
+    # ... and each value in range with the sum outside it raises too.
+    part = torch.full((3,), limit * 0.75, dtype=torch.float64)
+    with pytest.raises(ProtocolError, match="the sum reaches"):
+        protocol.aggregate([part, part, part])
+
+
+def test_plain_integer_overflow_raises(protocol_cache):
+    x = torch.tensor([2**62, 1], dtype=torch.int64)
+    with pytest.raises(ProtocolError, match="overflows int64"):
+        protocol_cache("plain").aggregate([x, x])
+
+
+def test_unknown_backend_and_bad_params():
+    with pytest.raises(ProtocolError, match="unknown backend 'paillier'; valid: plain, crypten, ckks, bfv"):
+        get_protocol("paillier")
+    with pytest.raises(ProtocolError, match="unknown backend"):
+        secure_sum("nope", [torch.zeros(1)])
+    with pytest.raises(ProtocolError, match=r"unknown parameter\(s\) precision; valid: mode, precision_bits, seed"):
+        get_protocol("crypten", precision=16)
+    with pytest.raises(ProtocolError, match="precision_bits: expected an int in 0..48"):
+        get_protocol("crypten", precision_bits=60)
+    with pytest.raises(ProtocolError, match="precision_bits"):
+        get_protocol("crypten", precision_bits="16")
+    with pytest.raises(ProtocolError, match="mode: unknown crypten mode 'threads'"):
+        get_protocol("crypten", mode="threads")
+    with pytest.raises(ProtocolError, match="timeout_s"):
+        get_protocol("crypten", mode="multiprocess", timeout_s=0)
+    with pytest.raises(ProtocolError, match="preset: unknown ckks preset 'fast'; valid: default, sum"):
+        get_protocol("ckks", preset="fast")
+    with pytest.raises(ProtocolError, match="preset: unknown bfv preset"):
+        get_protocol("bfv", preset="tiny")
+    with pytest.raises(ProtocolError, match="frac_bits: expected an int in 0..30"):
+        get_protocol("bfv", frac_bits=31)
+    with pytest.raises(ProtocolError, match=r"plain: unknown parameter\(s\) preset; valid: none"):
+        get_protocol("plain", preset="sum")
