@@ -86,7 +86,7 @@ class LoopedTrainers(LocalTrainers):
         self.num_clients = len(clients)
         self.device = torch.device(device)
         num_classes = init[0][[n for n in init[0] if n.endswith("bias")][-1]].shape[-1]
-        self.clients = [c.to(self.device) for c in clients]
+        self.clients = [c.clone().to(self.device) for c in clients]  # Data.to is in-place
         self.models, self.optims = [], []
         for c, p in zip(self.clients, init):
             m = build_model(cfg.model, c.num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout).to(self.device)
