@@ -35,7 +35,7 @@ def _key_value(text: str) -> tuple[str, object]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privfgl run` (defaults None: unset options fall back to --config, then RunConfig)."""
     a = p.add_argument
-    a("--method", help="local, fedavg, fedprox")
+    a("--method", help="local, fedavg, fedprox, opfgl, dp-fedavg, dp-sgd")
     a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset>")
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet")
     a("--clients", type=int, help="number of clients K")
@@ -49,6 +49,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--dropout", type=float)
     a("--lr", type=float)
     a("--weight-decay", type=float)
+    a("--optimizer", help="local optimizer: adam (default) or sgd")
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--protocol", help="plain, crypten, ckks, bfv")
     a("--crypten-mode", choices=("inprocess", "multiprocess"),
@@ -56,6 +57,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
            "as its own OS process over torch.distributed")
     a("--protocol-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="protocol parameter, e.g. precision_bits=20 or mode=multiprocess (repeatable)")
+    a("--dp", metavar="SPEC",
+      help="differential privacy on a message, e.g. gaussian:sigma=1.0,clip=1.0,on=update,mode=central or "
+           "laplace:epsilon=1.0,clip=1.0,on=stats,mode=local (README: Differential privacy)")
     a("--partition-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="partition parameter, e.g. alpha=0.5 for dirichlet (repeatable)")
     a("--method-param", type=_key_value, action="append", metavar="KEY=VALUE",

@@ -14,19 +14,17 @@ import torch
 
 import protocols
 from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
+from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.methods import METHODS, MethodConfig, Setup
+from privfgl.privacy import MessageDP, check_dp_for_run
 from privfgl.results import make_record
-from privfgl.training import ENGINES, ModelConfig
+from privfgl.training import ENGINES, OPTIMIZERS, ModelConfig
 
 # Split defaults per method (train, val, test): 20/40/40 for the baselines as in the O-pFGL setting.
 DEFAULT_SPLIT = (0.2, 0.4, 0.4)
 EVALUATION_MODES = ("local_model", "global_model")
-
-
-class ConfigError(ValueError):
-    """A bad run setting; the message names the setting and what is valid."""
 
 
 @dataclass
@@ -46,9 +44,11 @@ class RunConfig:
     dropout: float = 0.5
     lr: float = 0.01
     weight_decay: float = 5e-4
+    optimizer: str = "adam"  # local optimizer: adam or sgd (privfgl.training.OPTIMIZERS)
     split: tuple[float, float, float] = DEFAULT_SPLIT
     protocol: str = "plain"
     protocol_params: dict = field(default_factory=dict)
+    dp: str | None = None  # message DP spec (privfgl.privacy.spec), e.g. "gaussian:sigma=1,clip=1,on=update,mode=central"
     partition_params: dict = field(default_factory=dict)
     method_params: dict = field(default_factory=dict)
     seed: int = 0
@@ -72,6 +72,8 @@ class RunConfig:
             bad("evaluation", self.evaluation, ", ".join(EVALUATION_MODES))
         if self.engine not in ENGINES:
             bad("engine", self.engine, ", ".join(ENGINES))
+        if self.optimizer not in OPTIMIZERS:
+            bad("optimizer", self.optimizer, ", ".join(OPTIMIZERS))
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             bad("device", self.device, "cpu, cuda, cuda:N")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -88,6 +90,7 @@ class RunConfig:
             bad("mu/weight_decay", (self.mu, self.weight_decay), "numbers >= 0")
         if len(self.split) != 3 or any(r < 0 for r in self.split) or sum(self.split) > 1 + 1e-9 or sum(self.split) == 0:
             bad("split", self.split, "three ratios train,val,test, each >= 0, summing to at most 1 (e.g. 0.2,0.4,0.4)")
+        check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
 
 
 def _versions() -> dict:
@@ -129,8 +132,10 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     clients = client_subgraphs(data, parts)
     split_clients(clients, *cfg.split, seed=data_seed)
     protocol = protocols.get_protocol(cfg.protocol, **cfg.protocol_params)
-    federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript))
-    model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay)
+    dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
+    message_dp = MessageDP(dp_spec, cfg.clients) if dp_spec is not None else None
+    federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp)
+    model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
                           cfg.seed, cfg.progress, dict(cfg.method_params))
     tracker = RoundTracker(clients, int(data.num_classes))

@@ -6,6 +6,8 @@ import math
 import os
 from pathlib import Path
 
+from privfgl.privacy import privacy_block
+
 SCHEMA_VERSION = 1
 
 
@@ -23,7 +25,7 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "privacy": {
             "protocol": config.get("protocol"),
             "server_view": server_view_summary(fed),
-            "dp": None, "epsilon": None, "delta": None,
+            **privacy_block(setup),
         },
         "attacks": [],
     }

@@ -22,17 +22,20 @@ from privfgl.models.stacked import STACKABLE, BlockGraph, stacked_forward
 
 Params = dict[str, torch.Tensor]
 ENGINES = ("auto", "stacked", "looped")
+OPTIMIZERS = ("adam", "sgd")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The local model and its optimizer (Adam)."""
+    """The local model and its optimizer: Adam (default) or plain SGD (no momentum; one SGD step
+    moves the weights by −lr·(∇ + weight_decay·w), which gradient-inversion audits rely on)."""
     model: str = "gcn"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.5
     lr: float = 0.01
     weight_decay: float = 5e-4
+    optimizer: str = "adam"
 
 
 def init_params(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int) -> Params:
@@ -70,8 +73,13 @@ class LocalTrainers(ABC):
         """Eval-mode logits of every client's model on its own nodes: list of [n_k, C]."""
 
 
-def _adam(params, cfg: ModelConfig) -> torch.optim.Adam:
-    """Adam with the fused kernel (element-wise, so one Adam over stacked tensors is K Adams)."""
+def _optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
+    """Adam with the fused kernel, or SGD (both element-wise, so one optimizer over stacked
+    tensors is K optimizers)."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer != "adam":
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
@@ -92,7 +100,7 @@ class LoopedTrainers(LocalTrainers):
             m = build_model(cfg.model, c.num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout).to(self.device)
             m.load_state_dict(p)
             self.models.append(m)
-            self.optims.append(_adam(m.parameters(), cfg))
+            self.optims.append(_optimizer(m.parameters(), cfg))
 
     def get_params(self, k: int) -> Params:
         return {n: v.detach().clone() for n, v in self.models[k].state_dict().items()}
@@ -140,7 +148,7 @@ class StackedTrainers(LocalTrainers):
         self.train_idx = self.train_mask.nonzero().view(-1)
         self.loss_weight = _client_losses_weights(clients).to(self.device)[self.graph.client_of[self.train_idx]]
         self.params = {n: torch.stack([p[n] for p in init]).to(self.device).requires_grad_(True) for n in init[0]}
-        self.optim = _adam(self.params.values(), cfg)
+        self.optim = _optimizer(self.params.values(), cfg)
 
     def get_params(self, k: int) -> Params:
         return {n: v[k].detach().clone() for n, v in self.params.items()}

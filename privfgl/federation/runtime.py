@@ -46,11 +46,12 @@ class Federation:
     server: under HE the key-holding client decrypts the aggregate ciphertext and returns it.
     """
 
-    def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None):
+    def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None, dp=None):
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
         self.num_clients = num_clients
         self.protocol = protocol
+        self.dp = dp  # privfgl.privacy.MessageDP or None: DP on the aggregations of one message
         self.transcript = transcript or Transcript()
         self.channel = Channel(self.transcript)
         self.timer = PhaseTimer()
@@ -68,25 +69,38 @@ class Federation:
         self.channel.deliver(Message(round, name, client_name(k), SERVER, "plaintext", payload_nbytes(tensors), tensors))
         return tensors
 
-    def aggregate(self, round: int, name: str, contributions: list[Tensors], protocol=None) -> Tensors:
+    def aggregate(self, round: int, name: str, contributions: list[Tensors], protocol=None,
+                  sample_rate: float = 1.0) -> Tensors:
         """Sum of the clients' named tensors, computed by the protocol (the federation's, or
         `protocol` for this one sum, e.g. BFV for integer counts beside CKKS for floats).
         Weighted sums: pre-weight on the client side. Returns the revealed sums (float64) with
-        the contributions' shapes (int64 when every field is integer, else float64)."""
+        the contributions' shapes (int64 when every field is integer, else float64).
+        When `self.dp` applies to `name`, each client's upload is clipped (and noised, unless the
+        DP mode is central) before the protocol and the release is accounted; `sample_rate` is
+        the probability that a client's update was included (others send zeros), for accounting."""
         if len(contributions) != self.num_clients:
             raise ValueError(f"aggregate {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
+        dp = self.dp if self.dp is not None and self.dp.applies_to(name) else None
+        if dp is not None:
+            with self.timer.phase("dp_protect"):
+                contributions = dp.protect(contributions)
         flats, layout = zip(*(flatten(c) for c in contributions))
         for k, lay in enumerate(layout):
             if lay != layout[0]:
                 raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
-        result = (protocol or self.protocol).aggregate(list(flats))
+        protocol = protocol or self.protocol
+        result = protocol.aggregate(list(flats))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
         total = unflatten(result.total, layout[0])
-        self._record_aggregation(round, name, contributions, result, total)
+        self._record_aggregation(round, name, contributions, result, total, getattr(protocol, "reveals_to", "server"))
+        if dp is not None:
+            with self.timer.phase("dp_reveal"):
+                total = dp.reveal(total, sample_rate)
         return total
 
-    def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors) -> None:
+    def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors,
+                            reveals_to: str) -> None:
         # What crossed the wire: each client's upload (as the protocol sent it) ...
         for item in result.server_view:
             party = item["party"]
@@ -104,8 +118,13 @@ class Federation:
             if nbytes:
                 tensors = total if kind == "plaintext" else None
                 self.channel.deliver(Message(round, name + ":down", SERVER, client_name(k), kind, int(nbytes), tensors))
-        # ... and the revealed sum, which every protocol opens to the server (and only the sum).
-        self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
+        # ... and the revealed sum, which the protocol opens to the server (and only the sum), or
+        # to the clients only when its `reveals_to` is "clients" (e.g. O-pFGL's server-efficient variant).
+        if reveals_to == "server":
+            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
+        else:
+            for c in self.clients:
+                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, total))
 
     def cost(self) -> dict:
         """Bytes sent by clients (up) and by the server (down), per party and in total."""

@@ -1,8 +1,13 @@
 """Federated methods, one module each. A method is a function `run_<name>(setup)`."""
 from privfgl.methods.base import MethodConfig, Setup
+from privfgl.methods.dp_fedavg import run_dp_fedavg
+from privfgl.methods.dp_sgd import run_dp_sgd
 from privfgl.methods.fedavg import run_fedavg, run_fedprox
 from privfgl.methods.local import run_local
+from privfgl.methods.opfgl import run_opfgl
 
-METHODS = {"local": run_local, "fedavg": run_fedavg, "fedprox": run_fedprox}
+METHODS = {"local": run_local, "fedavg": run_fedavg, "fedprox": run_fedprox, "opfgl": run_opfgl,
+           "dp-fedavg": run_dp_fedavg, "dp-sgd": run_dp_sgd}
 
-__all__ = ["METHODS", "MethodConfig", "Setup", "run_fedavg", "run_fedprox", "run_local"]
+__all__ = ["METHODS", "MethodConfig", "Setup", "run_dp_fedavg", "run_dp_sgd", "run_fedavg", "run_fedprox",
+           "run_local", "run_opfgl"]

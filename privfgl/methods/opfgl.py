@@ -1,0 +1,133 @@
+"""O-pFGL (Yan et al., "Towards Federated Graph Learning in One-shot Communication"): one upload of
+class statistics under secure aggregation, one download of a condensed pseudo-graph, then
+two-stage personalised training on every client. Spec: ../shared/specs/opfgl.md.
+
+One round:
+1. client k (own subgraph only; opfgl_stats): propagated features, label propagation, homophily,
+   HRE, and per-class sums n, b, S1 = Σx^prop, S2 = Σ(x^prop)², n_orig.
+2. upload through `Federation.aggregate`: "class_stats" {S1, S2} (float64 [C, (h+1)f]) through the
+   run's protocol, "class_counts" {n, b, n_orig} (int64 [C]) through BFV when the run's protocol is
+   ckks or bfv (`counts_protocol=auto`), else through the run's protocol. Only sums are revealed.
+3. server: μ, s² after the reveal (opfgl_stats.pooled_statistics), pseudo-graph condensation
+   (opfgl_condense), broadcast "pseudo_graph" {x, edge_index, edge_weight, y}.
+   `server_efficient=true` (paper A.5): the sums are opened by the clients only; every client
+   runs the same condensation from the shared seed, and nothing is broadcast. [simulation] The
+   shared-seed condensation is bitwise identical on every client, so it is computed once.
+4. clients (opfgl_personalize): stage 1 on the pseudo-graph, stage 2 fine-tuning with γ-weighted
+   distillation, per-client early stopping on local validation accuracy.
+5. `setup.tracker.evaluate(0, logits, stage="stage2")` once, with each client's logits from its own
+   best stage-2 check, so the record's test_acc is the paper's protocol (spec §4.1).
+
+Model: the run's backbone must be `gcn` (the paper's; `hidden`/`layers` from the run config).
+Optimisation settings are O-pFGL's own method params (stage learning rates, dropout 0, no weight
+decay: spec §1.7-1.8); `--lr`, `--weight-decay`, `--dropout` and the epoch counts are not used.
+All clients start M_G from one initialisation drawn from the run seed (the code sends it from the
+server; here it is a shared seed, so no model bytes move). `--rounds` must be 1.
+"""
+from __future__ import annotations
+
+import torch
+
+import protocols
+from privfgl.methods.base import Setup
+from privfgl.methods.opfgl_condense import PseudoGraph, condense
+from privfgl.methods.opfgl_params import OPFGLParams, resolve_params
+from privfgl.methods.opfgl_personalize import LocalGraphs, Schedule, from_pyg, stage1, stage2
+from privfgl.methods.opfgl_stats import ClientView, client_statistics, pooled_statistics, pseudo_class_sizes
+from privfgl.training import ModelConfig, init_params
+
+
+class RevealToClients:
+    """A protocol whose sum is opened by the clients, never by the server (paper A.5): the server's
+    view keeps the opaque uploads only. Byte counts are the wrapped protocol's."""
+
+    reveals_to = "clients"
+
+    def __init__(self, protocol):
+        self.protocol = protocol
+        self.name = protocol.name
+
+    def aggregate(self, contributions: list[torch.Tensor]) -> protocols.AggregationResult:
+        result = self.protocol.aggregate(contributions)
+        result.server_view = [e for e in result.server_view if e["party"] != "reveal"]
+        return result
+
+
+def _counts_protocol(p: OPFGLParams, run_protocol: str):
+    """The per-call protocol for the integer counts (None: the run's protocol)."""
+    name = p.counts_protocol
+    if name == "auto":
+        name = "bfv" if run_protocol in ("ckks", "bfv") else run_protocol
+    return None if name == run_protocol else protocols.get_protocol(name)
+
+
+def _gamma(views: list[ClientView], p: OPFGLParams) -> torch.Tensor | None:
+    """Eq. 17 per node, concatenated over clients [N]: β·(Ỹ_i · w_dist), clamped to
+    [gamma_min, gamma_max] when set; `fixed_gamma` for every node; None without distillation."""
+    if not p.distill:
+        return None
+    if p.fixed_gamma is not None:
+        return torch.cat([torch.full((v.soft_labels.shape[0],), p.fixed_gamma) for v in views])
+    gamma = torch.cat([p.beta * (v.soft_labels.double() @ v.w_dist) for v in views]).float()
+    if p.gamma_min is not None or p.gamma_max is not None:
+        gamma = gamma.clamp(min=p.gamma_min, max=p.gamma_max)
+    return gamma
+
+
+def _check_setup(setup: Setup) -> None:
+    if setup.model.model != "gcn":
+        raise ValueError(f"opfgl: model {setup.model.model!r} is not supported; valid: gcn (the paper's backbone)")
+    if setup.method.rounds != 1:
+        raise ValueError(f"opfgl: rounds={setup.method.rounds}; O-pFGL is one-shot, valid: 1 (--rounds 1)")
+
+
+def run_opfgl(setup: Setup) -> None:
+    """One O-pFGL run on `setup`; metrics go to setup.tracker, bytes/views to setup.federation."""
+    p = resolve_params(setup.method.params)
+    _check_setup(setup)
+    fed, timer, seed = setup.federation, setup.federation.timer, setup.method.seed
+    clients, num_classes, device = setup.clients, setup.num_classes, torch.device(setup.device)
+
+    with timer.phase("client_stats"):
+        views = [client_statistics(c, num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th, p.d_th)
+                 for c in clients]
+    counts_protocol = _counts_protocol(p, fed.protocol.name)
+    float_protocol = fed.protocol
+    if p.server_efficient:
+        float_protocol = RevealToClients(fed.protocol)
+        counts_protocol = RevealToClients(counts_protocol or fed.protocol)
+    try:
+        sums = fed.aggregate(0, "class_stats", [v.sums.floats() for v in views], protocol=float_protocol)
+        counts = fed.aggregate(0, "class_counts", [v.sums.counts() for v in views], protocol=counts_protocol)
+    finally:
+        inner = counts_protocol.protocol if isinstance(counts_protocol, RevealToClients) else counts_protocol
+        if inner is not None and inner is not fed.protocol:
+            inner.close()
+
+    with timer.phase("condense"):  # the server; under server_efficient every client (same seed)
+        stats = pooled_statistics(counts, sums, p.var_denominator, p.min_contributors)
+        sizes = pseudo_class_sizes(stats, p.pseudo_nodes_per_class, p.pseudo_node_rate)
+        if int(sizes.sum()) == 0:
+            raise ValueError("opfgl: no class has statistics to condense (every class was withheld or empty); "
+                             "lower min_count or min_contributors")
+        pseudo = condense(stats, sizes, setup.num_features, p.hops, iters=p.condense_iters, lr_feat=p.lr_feat,
+                          lr_adj=p.lr_adj, hidden=p.link_hidden, threshold=p.edge_threshold,
+                          feat_alpha=p.feat_alpha, smoothness_alpha=p.smoothness_alpha, align=p.align, seed=seed,
+                          device=device)
+    if not p.server_efficient:
+        with timer.phase("broadcast"):
+            pseudo = PseudoGraph.from_tensors(fed.broadcast(0, "pseudo_graph", pseudo.tensors()))
+
+    graphs = LocalGraphs(clients, device)
+    cfg = ModelConfig("gcn", setup.model.hidden, setup.model.layers, p.dropout)
+    init = from_pyg(init_params(cfg, setup.num_features, num_classes, seed=seed), cfg.layers, 1)
+
+    with timer.phase("stage1"):
+        global_models = stage1({n: v.to(device) for n, v in init.items()}, pseudo, graphs, cfg.layers, p.dropout,
+                               Schedule(p.lr_stage1, p.max_iters, p.eval_every, p.patience))
+    with timer.phase("stage2"):
+        gamma = _gamma(views, p)
+        personal = stage2(global_models.params, graphs, None if gamma is None else gamma.to(device), cfg.layers,
+                          p.dropout, Schedule(p.lr_stage2, p.max_iters, p.eval_every, p.patience))
+    with timer.phase("evaluate"):
+        setup.tracker.evaluate(0, graphs.split(personal.logits.cpu()), stage="stage2")

@@ -1,0 +1,196 @@
+"""O-pFGL personalisation on every client at once (spec §1.7-1.8): stage 1 trains the global model
+M_G on the pseudo-graph, stage 2 fine-tunes it on local data with node-adaptive distillation.
+
+The clients' GCNs are stacked: parameters "w{i}" [K, in, out] and "b{i}" [K, out], one fused Adam
+(element-wise, so K independent optimizers). Client k's stage-2 loss reads only its own block of
+the block-diagonal local graph. The first layer is one sparse product of the block feature matrix
+[N, K·f] (client k's features in column block k) with w0 viewed as [K·f, hidden].
+
+Early stopping is per client, as in the authors' code: every `eval_every` steps each client
+measures accuracy on its own validation nodes, keeps the parameters and logits of its best check
+(strict improvement over 0) and stops after `patience` checks without one. The loop runs until
+every client has stopped; a stopped client's later steps are never used, so the result equals K
+separate runs. A client that never improves keeps its last parameters (as the code does).
+
+[simulation] Stage 1 is computed once: in the homogeneous setting every client trains the same
+initialisation on the same pseudo-graph with the same deterministic steps, so the K trajectories
+are identical; each client still early-stops that trajectory on its own validation nodes. (With
+dropout > 0 this means the clients draw the same stage-1 dropout masks.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+
+from privfgl.methods.opfgl_condense import PseudoGraph, gcn_norm_dense
+from privfgl.models.stacked import BlockGraph, FixedSparse, dropout as drop
+from privfgl.training import Params
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Adam learning rate, at most `max_iters` steps, a check every `eval_every`, `patience` checks."""
+    lr: float
+    max_iters: int
+    eval_every: int
+    patience: int
+
+
+@dataclass
+class Selected:
+    """Per-client selection: params [K, ...] of each client's best check, logits [N, C] on the local
+    graphs, best validation accuracy [K] and the step it was reached [K] (0: never improved)."""
+    params: Params
+    logits: torch.Tensor
+    val_acc: torch.Tensor
+    step: torch.Tensor
+
+
+class LocalGraphs:
+    """The K clients' subgraphs side by side: labels/masks [N], Â (block-diagonal), block features."""
+
+    def __init__(self, clients: list[Data], device: torch.device):
+        self.block = BlockGraph([c.x for c in clients], [c.edge_index for c in clients], device)
+        g = self.block
+        cat = lambda name: torch.cat([getattr(c, name) for c in clients]).to(device)
+        self.y, self.train_mask, self.val_mask = cat("y"), cat("train_mask"), cat("val_mask")
+        self.num_clients, self.client_of, self.adj = g.num_clients, g.client_of, g.gcn_adj()
+        rows, cols = g.x.nonzero(as_tuple=True)
+        f = g.x.shape[1]
+        self.features = FixedSparse(rows, g.client_of[rows] * f + cols, g.x[rows, cols], g.num_nodes, self.num_clients * f)
+
+    def split(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Rows [N, ...] -> one tensor per client."""
+        ptr = self.block.ptr.tolist()
+        return [rows[a:b] for a, b in zip(ptr[:-1], ptr[1:])]
+
+    def forward(self, params: Params, layers: int, p_drop: float, training: bool) -> torch.Tensor:
+        """Every client's GCN on its own subgraph: logits [N, C]."""
+        w0 = params["w0"]
+        k, f, hidden = w0.shape
+        h = self.features @ w0.reshape(k * f, hidden)
+        for i in range(layers):
+            if i > 0:
+                h = self.block.linear(h, params[f"w{i}"].transpose(1, 2))
+            h = self.adj @ h + params[f"b{i}"].index_select(0, self.client_of)
+            if i < layers - 1:
+                h = drop(F.relu(h), p_drop, training)
+        return h
+
+    def validation_accuracy(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each client's accuracy on its own validation nodes, [K] float64 (0 without any)."""
+        correct = ((logits.argmax(dim=1) == self.y) & self.val_mask).double()
+        hits = torch.zeros(self.num_clients, dtype=torch.float64, device=self.y.device).index_add_(
+            0, self.client_of, correct)
+        total = torch.zeros_like(hits).index_add_(0, self.client_of, self.val_mask.double())
+        return hits / total.clamp(min=1)
+
+
+def from_pyg(init: Params, layers: int, num_clients: int) -> Params:
+    """PyG GCN parameters (convs.i.lin.weight [out, in], convs.i.bias) -> stacked w{i} [K, in, out], b{i}."""
+    out = {}
+    for i in range(layers):
+        out[f"w{i}"] = init[f"convs.{i}.lin.weight"].T.expand(num_clients, -1, -1).contiguous()
+        out[f"b{i}"] = init[f"convs.{i}.bias"].expand(num_clients, -1).contiguous()
+    return out
+
+
+def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)
+
+
+def train_early_stopping(params: Params, loss_fn: Callable[[Params], torch.Tensor],
+                         eval_fn: Callable[[Params], tuple[Params, torch.Tensor]], graphs: LocalGraphs,
+                         schedule: Schedule) -> Selected:
+    """Adam on the leaf tensors `params` against loss_fn; eval_fn(params) gives every client's
+    parameters [K, ...] and eval-mode logits [N, C] on the local graphs. See the module docstring."""
+    k_clients, dev = graphs.num_clients, graphs.y.device
+    opt = torch.optim.Adam(list(params.values()), lr=schedule.lr, fused=True)
+    with torch.no_grad():
+        best, best_logits = eval_fn(params)
+        best = {n: p.detach().clone() for n, p in best.items()}
+    best_acc = torch.zeros(k_clients, dtype=torch.float64, device=dev)
+    best_step = torch.zeros(k_clients, dtype=torch.long, device=dev)
+    bad = torch.zeros(k_clients, dtype=torch.long, device=dev)
+    stopped = torch.zeros(k_clients, dtype=torch.bool, device=dev)
+    for step in range(1, schedule.max_iters + 1):
+        opt.zero_grad()
+        loss_fn(params).backward()
+        opt.step()
+        if step % schedule.eval_every and step != schedule.max_iters:
+            continue
+        with torch.no_grad():
+            current, logits = eval_fn(params)
+            acc = graphs.validation_accuracy(logits)
+            active = ~stopped
+            better = (acc > best_acc) & active
+            bad = torch.where(better, torch.zeros_like(bad), bad + active.long())
+            take = active & (better | (best_step == 0))  # never improved: follow the current model
+            stopped = stopped | (active & (bad >= schedule.patience))
+            best = {n: _where(take, p, best[n]) for n, p in current.items()}
+            best_logits = _where(take[graphs.client_of], logits, best_logits)
+            best_acc = torch.where(better, acc, best_acc)
+            best_step = torch.where(better, torch.full_like(best_step, step), best_step)
+        if bool(stopped.all()):
+            break
+    return Selected(best, best_logits, best_acc, best_step)
+
+
+def _leaf(params: Params) -> Params:
+    return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+
+
+def stage1(init: Params, pseudo: PseudoGraph, graphs: LocalGraphs, layers: int, p_drop: float,
+           schedule: Schedule) -> Selected:
+    """Eq. 14: M_G trained with mean CE over all pseudo-nodes, early-stopped per client on its own
+    validation nodes. init: one model's stacked parameters [1, ...] (the shared initialisation)."""
+    params = _leaf(init)
+    norm_adj = gcn_norm_dense(pseudo.dense_adjacency())
+    k = graphs.num_clients
+
+    def loss_fn(p: Params) -> torch.Tensor:
+        h = pseudo.x
+        for i in range(layers):
+            h = norm_adj @ (h @ p[f"w{i}"][0]) + p[f"b{i}"][0]
+            if i < layers - 1:
+                h = drop(F.relu(h), p_drop, True)
+        return F.cross_entropy(h, pseudo.y)
+
+    def eval_fn(p: Params) -> tuple[Params, torch.Tensor]:
+        every = {n: v.expand(k, *v.shape[1:]).contiguous() for n, v in p.items()}
+        return every, graphs.forward(every, layers, p_drop, False)
+
+    return train_early_stopping(params, loss_fn, eval_fn, graphs, schedule)
+
+
+def stage2(teacher: Params, graphs: LocalGraphs, gamma: torch.Tensor | None, layers: int, p_drop: float,
+           schedule: Schedule) -> Selected:
+    """Eq. 15-17: each client fine-tunes its M_G with mean CE over its train nodes plus
+    (1/N_k) Σ_i γ_i KL(p_teacher,i ‖ p_student,i) over all its nodes (gamma [N]; None: plain
+    fine-tuning). Teacher logits are computed once with the frozen M_G."""
+    params = _leaf(teacher)
+    with torch.no_grad():
+        target = F.softmax(graphs.forward(teacher, layers, p_drop, False), dim=1)
+    y, owner = graphs.y, graphs.client_of
+    train_idx = graphs.train_mask.nonzero().view(-1)
+    n_train = torch.bincount(owner[train_idx], minlength=graphs.num_clients).clamp(min=1)
+    ce_weight = 1.0 / n_train[owner[train_idx]].float()
+    n_nodes = torch.bincount(owner, minlength=graphs.num_clients)
+    kl_weight = None if gamma is None else gamma / n_nodes[owner].float()
+
+    def loss_fn(p: Params) -> torch.Tensor:
+        out = graphs.forward(p, layers, p_drop, True)
+        loss = (F.cross_entropy(out[train_idx], y[train_idx], reduction="none") * ce_weight).sum()
+        if kl_weight is not None:
+            kl = F.kl_div(F.log_softmax(out, dim=1), target, reduction="none").sum(dim=1)
+            loss = loss + (kl * kl_weight).sum()
+        return loss
+
+    def eval_fn(p: Params) -> tuple[Params, torch.Tensor]:
+        return p, graphs.forward(p, layers, p_drop, False)
+
+    return train_early_stopping(params, loss_fn, eval_fn, graphs, schedule)

@@ -1,0 +1,156 @@
+"""The `--dp` spec: which mechanism protects which message, where, with which bounds.
+
+Grammar (no spaces; keys in any order):
+
+    MECHANISM:key=value,key=value,...
+    gaussian:sigma=S,clip=C,on=MESSAGE,mode=local|central|distributed[,delta=D][,accountant=rdp|prv][,seed=N|os]
+    laplace:epsilon=E,clip=C,on=MESSAGE,mode=local|central[,delta=D][,seed=N|os]
+
+`clip` bounds each client's whole message (all its fields as one vector): L2 for gaussian, L1 for
+laplace, so the sensitivity of the sum to adding or removing one client is `clip`. `on` is a
+message name or an alias of several (MESSAGE_ALIASES); every aggregation of them is a release.
+`seed=os` draws noise from OS entropy; the default seed is the run's seed. `delta` is the δ at
+which ε is reported (default 1e-5; for laplace, the δ' of advanced composition).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from privfgl.errors import ConfigError
+from privfgl.privacy.accounting import ACCOUNTANTS
+from privfgl.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+
+# Aliases of the aggregated messages DP can protect: `on=ALIAS` protects every message listed.
+# "stats": O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl.py).
+MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_counts")}
+# The aggregated messages each method sends (the valid targets of `on=`).
+METHOD_MESSAGES = {"local": (), "fedavg": ("model_update",), "fedprox": ("model_update",),
+                   "dp-fedavg": ("model_update",), "opfgl": ("class_stats", "class_counts")}
+MECHANISMS = ("gaussian", "laplace")
+MODES = {"gaussian": ("local", "central", "distributed"), "laplace": ("local", "central")}
+_KEYS = {"gaussian": {"sigma", "clip", "on", "mode", "delta", "accountant", "seed"},
+         "laplace": {"epsilon", "clip", "on", "mode", "delta", "seed"}}
+_REQUIRED = {"gaussian": ("sigma", "clip", "on", "mode"), "laplace": ("epsilon", "clip", "on", "mode")}
+
+
+class DPSpecError(ConfigError):
+    """A bad --dp spec; the message names the problem and what is valid."""
+
+
+@dataclass(frozen=True)
+class DPSpec:
+    """A parsed --dp spec. `messages`: the resolved message names; `seed` None with secure=True."""
+    text: str
+    mechanism: str
+    messages: tuple[str, ...]
+    mode: str
+    clip: float
+    sigma: float | None = None
+    epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    seed: int | None = None
+    secure: bool = False
+
+    def build(self) -> GaussianMechanism | LaplaceMechanism:
+        """The calibrated mechanism: sensitivity = clip (one client's message, add/remove)."""
+        if self.mechanism == "gaussian":
+            return GaussianMechanism(self.sigma, self.clip)
+        return LaplaceMechanism(self.epsilon, self.clip)
+
+    @property
+    def clip_norm(self) -> int:
+        return 2 if self.mechanism == "gaussian" else 1
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _number(key: str, value: str, text: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise DPSpecError(f"--dp {text!r}: {key}={value!r} is not a number") from None
+    if not math.isfinite(x) or x <= 0:
+        raise DPSpecError(f"--dp {text!r}: {key} must be a finite number > 0, got {value}")
+    return x
+
+
+def parse_dp_spec(text: str, run_seed: int = 0) -> DPSpec:
+    """Parse `text` (grammar in the module docstring); raise DPSpecError naming the problem."""
+    head, sep, body = text.strip().partition(":")
+    mech = head.strip().lower()
+    if mech not in MECHANISMS:
+        raise DPSpecError(f"--dp {text!r}: unknown mechanism {head!r}; valid: {', '.join(MECHANISMS)} "
+                          "(e.g. gaussian:sigma=1.0,clip=1.0,on=update,mode=central)")
+    values: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in body.split(","))) if sep else ():
+        key, eq, value = item.partition("=")
+        key = key.strip().lower()
+        if not eq or not value.strip():
+            raise DPSpecError(f"--dp {text!r}: {item!r} is not key=value")
+        if key not in _KEYS[mech]:
+            raise DPSpecError(f"--dp {text!r}: unknown key {key!r} for {mech}; valid: {', '.join(sorted(_KEYS[mech]))}")
+        if key in values:
+            raise DPSpecError(f"--dp {text!r}: {key} is given twice")
+        values[key] = value.strip()
+    missing = [k for k in _REQUIRED[mech] if k not in values]
+    if missing:
+        what = {"clip": "clip (the clipping bound that sets the sensitivity)", "on": "on (the message to protect)",
+                "mode": f"mode ({', '.join(MODES[mech])})"}
+        raise DPSpecError(f"--dp {text!r}: missing {', '.join(what.get(k, k) for k in missing)}")
+    names = {n for ns in MESSAGE_ALIASES.values() for n in ns}
+    messages = MESSAGE_ALIASES.get(values["on"], (values["on"],))
+    known = sorted(set(MESSAGE_ALIASES) | names)
+    if not set(messages) <= names:
+        raise DPSpecError(f"--dp {text!r}: unknown message {values['on']!r}; valid: {', '.join(known)}")
+    mode = values["mode"].lower()
+    if mode not in MODES[mech]:
+        why = " (Laplace noise is not split into per-client shares; use gaussian)" \
+            if mode == "distributed" and mech == "laplace" else ""
+        raise DPSpecError(f"--dp {text!r}: mode {mode!r} is not valid for {mech}{why}; valid: {', '.join(MODES[mech])}")
+    delta = _number("delta", values.get("delta", "1e-5"), text)
+    if delta >= 1:
+        raise DPSpecError(f"--dp {text!r}: delta must be in (0, 1), got {delta}")
+    accountant = values.get("accountant", "rdp").lower()
+    if accountant not in ACCOUNTANTS:
+        raise DPSpecError(f"--dp {text!r}: unknown accountant {accountant!r}; valid: {', '.join(ACCOUNTANTS)}")
+    seed_text = values.get("seed", str(run_seed))
+    secure = seed_text.lower() == "os"
+    try:
+        seed = None if secure else int(seed_text)
+    except ValueError:
+        raise DPSpecError(f"--dp {text!r}: seed must be an integer or 'os', got {seed_text!r}") from None
+    return DPSpec(text=text, mechanism=mech, messages=messages, mode=mode, clip=_number("clip", values["clip"], text),
+                  sigma=_number("sigma", values["sigma"], text) if mech == "gaussian" else None,
+                  epsilon=_number("epsilon", values["epsilon"], text) if mech == "laplace" else None,
+                  delta=delta, accountant=accountant, seed=seed, secure=secure)
+
+
+def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int = 0) -> DPSpec | None:
+    """Parse a run's --dp (None: no message DP) and check it fits the run: the target messages are
+    ones `method` sends, distributed noise has a secure protocol, dp-fedavg has Gaussian noise on
+    its update, and dp-sgd (configured by its own method params) has no --dp."""
+    if method == "dp-sgd":
+        if text is not None:
+            raise DPSpecError("--dp does not apply to dp-sgd: its noise is set by --method-param sigma=,clip=,degree=")
+        return None
+    if text is None:
+        if method == "dp-fedavg":
+            raise DPSpecError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")
+        return None
+    spec = parse_dp_spec(text, run_seed)
+    sends = METHOD_MESSAGES.get(method)
+    if not sends:
+        raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message --dp can protect "
+                          f"(methods that do: {', '.join(m for m, s in METHOD_MESSAGES.items() if s)})")
+    if not set(spec.messages) <= set(sends):
+        raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message {'/'.join(spec.messages)!r}; "
+                          f"it sends {', '.join(sends)}")
+    if method == "dp-fedavg" and spec.mechanism != "gaussian":
+        raise DPSpecError(f"--dp {text!r}: dp-fedavg uses the Gaussian mechanism (gaussian:sigma=..,clip=..)")
+    if spec.mode == "distributed" and protocol == "plain":
+        raise DPSpecError(f"--dp {text!r}: mode=distributed needs a secure protocol (crypten, ckks, bfv); under "
+                          "plain the server sees each client's upload carrying only 1/K of the noise variance")
+    return spec

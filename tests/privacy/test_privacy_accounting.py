@@ -1,0 +1,58 @@
+"""Accounting: privfgl's ε is opacus' accountant for the same (q, σ, steps, δ); Laplace composition."""
+import math
+
+import pytest
+from opacus.accountants import PRVAccountant, RDPAccountant
+
+from privfgl.privacy import (PrivacyAccountant, gaussian_epsilon, laplace_advanced_composition,
+                             laplace_basic_composition, noise_multiplier_for)
+from privfgl.privacy.accounting import RDP_ALPHAS
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 1000), (3.5, 1.0, 30), (0.8, 0.1, 60)])
+def test_rdp_epsilon_equals_opacus(sigma, q, steps):
+    acc = RDPAccountant()
+    for _ in range(steps):
+        acc.step(noise_multiplier=sigma, sample_rate=q)
+    assert gaussian_epsilon([(sigma, q, steps)], 1e-5, "rdp") == pytest.approx(
+        acc.get_epsilon(delta=1e-5, alphas=RDP_ALPHAS), rel=1e-12)
+    # the extended orders can only tighten opacus' default bound
+    assert gaussian_epsilon([(sigma, q, steps)], 1e-5, "rdp") <= acc.get_epsilon(delta=1e-5) + 1e-12
+
+
+def test_prv_epsilon_equals_opacus_and_is_close_to_rdp():
+    acc = PRVAccountant()
+    for _ in range(300):
+        acc.step(noise_multiplier=1.1, sample_rate=0.05)
+    prv = gaussian_epsilon([(1.1, 0.05, 300)], 1e-5, "prv")
+    assert prv == pytest.approx(acc.get_epsilon(delta=1e-5), rel=1e-9)
+    assert prv <= gaussian_epsilon([(1.1, 0.05, 300)], 1e-5, "rdp")
+
+
+def test_epsilon_grows_with_steps_and_shrinks_with_noise():
+    e = lambda s, n: gaussian_epsilon([(s, 1.0, n)], 1e-5)
+    assert e(2.0, 10) < e(2.0, 20) and e(4.0, 10) < e(2.0, 10)
+    assert gaussian_epsilon([], 1e-5) == 0.0
+
+
+@pytest.mark.parametrize("target", [1.0, 8.0])
+def test_noise_multiplier_search_meets_the_target(target):
+    sigma = noise_multiplier_for(target, 1e-5, sample_rate=1.0, steps=30)
+    eps = gaussian_epsilon([(sigma, 1.0, 30)], 1e-5)
+    assert target - 0.05 <= eps <= target
+
+
+def test_laplace_composition_formulas():
+    assert laplace_basic_composition([0.5, 0.25, 1.0]) == 1.75
+    # Dwork–Rothblum–Vadhan: eps*sqrt(2k ln(1/δ')) + k eps (e^eps - 1)
+    expected = 0.1 * math.sqrt(2 * 100 * math.log(1e5)) + 100 * 0.1 * (math.exp(0.1) - 1)
+    assert laplace_advanced_composition(0.1, 100, 1e-5) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(5.8502, abs=1e-4)
+    acc = PrivacyAccountant(delta=1e-5)
+    acc.add_laplace(0.1, count=100)
+    spent = acc.spent()
+    assert spent["accountant"] == "laplace-advanced" and spent["epsilon"] == pytest.approx(expected)
+    few = PrivacyAccountant(delta=1e-5)
+    few.add_laplace(1.0, count=3)  # advanced is worse here: basic, pure DP
+    assert few.spent() == {"epsilon": 3.0, "delta": 0.0, "accountant": "laplace-basic", "epsilon_basic": 3.0,
+                           "epsilon_advanced": pytest.approx(laplace_advanced_composition(1.0, 3, 1e-5))}
