@@ -18,7 +18,8 @@ import torch
 
 from privfgl.errors import ConfigError
 from privfgl.methods.base import Setup
-from privfgl.training import init_params, make_trainers
+from privfgl.methods.fedavg import run_rounds
+from privfgl.training import Params
 
 PARAMS = {"q": 1.0, "server_lr": 1.0}
 
@@ -41,38 +42,19 @@ def run_dp_fedavg(setup: Setup) -> None:
     if fed.dp is None or not fed.dp.applies_to("model_update"):
         raise ConfigError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")
     p = dp_fedavg_params(m.params)
-    q, K, timer = p["q"], len(setup.clients), fed.timer
+    q, K = p["q"], len(setup.clients)
     sampler = torch.Generator().manual_seed(m.seed * 7919 + 17)  # clients' own coins, secret from the server
+    sampled: list[bool] = []
 
-    global_params = init_params(setup.model, setup.num_features, setup.num_classes, seed=m.seed)
-    with timer.phase("broadcast"):
-        received = fed.broadcast(0, "global_model", global_params)
-    trainers = make_trainers(setup.clients, setup.model, [received] * K, m.engine, setup.device)
+    def upload(k: int, params: Params, received: Params) -> Params:
+        """Client k: its model delta if its coin (flipped once per round) says it takes part, else zeros."""
+        if k == 0:
+            sampled[:] = (torch.rand(K, generator=sampler) < q).tolist()
+        return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[k]) for n in received}
 
-    for r in setup.rounds("dp-fedavg"):
-        sampled = (torch.rand(K, generator=sampler) < q).tolist()
-        with timer.phase("local_train"):
-            trainers.train(m.local_epochs)
-        if m.evaluation == "local_model":
-            with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict())
-        uploads = []
-        for k in range(K):
-            local = trainers.get_params(k)
-            uploads.append({n: (local[n].double().cpu() - received[n].double()) * float(sampled[k]) for n in received})
-        sums = fed.aggregate(r, "model_update", uploads, sample_rate=q)
-        new_global = {n: (received[n].double() + p["server_lr"] * sums[n] / (q * K)).to(received[n].dtype)
-                      for n in received}
-        with timer.phase("broadcast"):
-            received = fed.broadcast(r, "global_model", new_global)
-        with timer.phase("set_params"):
-            trainers.set_all_params(received)
-        if m.evaluation == "global_model":
-            with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict())
+    def update(sums: Params, received: Params) -> Params:
+        """Server: w + η · (noised sum of deltas) / (qK), a fixed denominator."""
+        return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * K)).to(received[n].dtype)
+                for n in received}
 
-    for e in range(m.finetune_epochs):
-        with timer.phase("finetune"):
-            trainers.train(1)
-        with timer.phase("evaluate"):
-            setup.tracker.evaluate(m.rounds + e, trainers.predict(), stage="finetune")
+    run_rounds(setup, "dp-fedavg", upload, update, sample_rate=q)

@@ -13,41 +13,59 @@ models, evaluated after every epoch (stage "finetune").
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from privfgl.methods.base import Setup
-from privfgl.training import init_params, make_trainers
+from privfgl.training import Params, init_params, make_trainers
 
 
 def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
-    m, fed = setup.method, setup.federation
-    timer, K = fed.timer, len(setup.clients)
     n_train = [int(c.train_mask.sum()) for c in setup.clients]
 
-    # server: initialise and broadcast the global model
+    def upload(k: int, params: Params, received: Params) -> Params:
+        """Client k: pre-weighted upload (sums only; the division happens after the reveal)."""
+        out = {name: p.double() * n_train[k] for name, p in params.items()}
+        out["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
+        return out
+
+    def update(sums: Params, received: Params) -> Params:
+        """Server: the weighted mean from the revealed sums."""
+        total = sums.pop("n").clamp(min=1.0)
+        return {name: (s / total).to(received[name].dtype) for name, s in sums.items()}
+
+    run_rounds(setup, "fedprox" if prox_mu else "fedavg", upload, update, prox_mu=prox_mu)
+
+
+def run_fedprox(setup: Setup) -> None:
+    run_fedavg(setup, prox_mu=setup.method.mu)
+
+
+def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params], Params],
+               update: Callable[[Params, Params], Params], prox_mu: float = 0.0,
+               sample_rate: float = 1.0) -> None:
+    """The FedAvg skeleton: broadcast, local training, `upload(k, local_params, received)` from
+    every client through `aggregate("model_update")`, `update(sums, received)` on the server,
+    evaluation per `setup.method.evaluation`, then optional local fine-tuning. `sample_rate`: the
+    probability that a client takes part in a round (for DP accounting)."""
+    m, fed = setup.method, setup.federation
+    timer, K = fed.timer, len(setup.clients)
     global_params = init_params(setup.model, setup.num_features, setup.num_classes, seed=m.seed)
     with timer.phase("broadcast"):
         received = fed.broadcast(0, "global_model", global_params)
     trainers = make_trainers(setup.clients, setup.model, [received] * K, m.engine, setup.device)
 
-    for r in setup.rounds("fedprox" if prox_mu else "fedavg"):
+    for r in setup.rounds(label):
         anchors = [received] * K if prox_mu else None
         with timer.phase("local_train"):
             trainers.train(m.local_epochs, prox_mu=prox_mu, anchors=anchors)
         if m.evaluation == "local_model":
             with timer.phase("evaluate"):
                 setup.tracker.evaluate(r, trainers.predict())
-        # clients: pre-weighted uploads (sums only; the division happens after the reveal)
-        uploads = []
-        for k in range(K):
-            params = trainers.get_params(k)
-            upload = {name: p.double() * n_train[k] for name, p in params.items()}
-            upload["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
-            uploads.append(upload)
-        sums = fed.aggregate(r, "model_update", uploads)
-        # server: the weighted mean from the revealed sums, broadcast to every client
-        total = sums.pop("n").clamp(min=1.0)
-        new_global = {name: (s / total).to(global_params[name].dtype) for name, s in sums.items()}
+        uploads = [upload(k, trainers.get_params(k), received) for k in range(K)]
+        sums = fed.aggregate(r, "model_update", uploads, sample_rate=sample_rate)
+        new_global = update(sums, received)
         with timer.phase("broadcast"):
             received = fed.broadcast(r, "global_model", new_global)
         with timer.phase("set_params"):
@@ -61,8 +79,3 @@ def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
             trainers.train(1)
         with timer.phase("evaluate"):
             setup.tracker.evaluate(m.rounds + e, trainers.predict(), stage="finetune")
-
-
-def run_fedprox(setup: Setup) -> None:
-    run_fedavg(setup, prox_mu=setup.method.mu)
-
