@@ -1,7 +1,9 @@
 """Wall time per round of FedAvg: Cora (10 clients) and a synthetic 100k-node graph (10/100/1000 clients).
 
 Both local-training engines run side by side in this one process, so their ratio is measured on
-the same machine at the same time: `looped` (one PyG model + Adam per client, the straightforward
+the same machine at the same time (`cpu_s`, the process's CPU time, is the contention-robust
+number when other work shares the cores; run with OMP_NUM_THREADS=1 to compare it with wall time):
+`looped` (one PyG model + Adam per client, the straightforward
 way) and `stacked` (all clients at once over a block-diagonal graph; privfgl's default).
 
     python experiments/bench_runtime.py            # the full table
@@ -21,11 +23,11 @@ from privfgl.experiment import RunConfig, run
 def bench(data, label: str, clients: int, rounds: int, engine: str, partition: str, data_root: str | None) -> dict:
     cfg = RunConfig(method="fedavg", dataset=label, partition=partition, clients=clients, rounds=rounds,
                     engine=engine, data_root=data_root, progress=False, transcript="none")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     record, _ = run(cfg, data=data)
-    total = time.perf_counter() - start
+    total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     phases = record["time"]["phases"]
-    return {"graph": label, "clients": clients, "engine": engine, "rounds": rounds, "total_s": total,
+    return {"graph": label, "clients": clients, "engine": engine, "rounds": rounds, "total_s": total, "cpu_s": cpu,
             "per_round_ms": 1000 * sum(v for k, v in phases.items()) / rounds,
             "train_ms": 1000 * phases.get("local_train", 0) / rounds,
             "agg_ms": 1000 * sum(phases.get(k, 0) for k in ("protect", "aggregate", "reveal")) / rounds,
@@ -55,7 +57,7 @@ def main() -> None:
         for clients in (10, 100, 1000):
             for engine in (("stacked", "looped") if clients <= 100 else ("stacked",)):
                 rows.append(bench(big, "sbm-100k", clients, args.big_rounds, engine, "metis", args.data_root))
-    cols = ["graph", "clients", "engine", "rounds", "total_s", "per_round_ms", "train_ms", "agg_ms", "eval_ms",
+    cols = ["graph", "clients", "engine", "rounds", "total_s", "cpu_s", "per_round_ms", "train_ms", "agg_ms", "eval_ms",
             "setup_s", "test_acc"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(" | ".join(cols))

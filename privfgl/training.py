@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from privfgl.models import build_model
-from privfgl.models.stacked import STACKABLE, BlockGraph, stacked_forward
+from privfgl.models.stacked import STACKABLE, BlockGraph, from_stacked, stacked_forward, to_stacked
 
 Params = dict[str, torch.Tensor]
 ENGINES = ("auto", "stacked", "looped")
@@ -147,21 +147,23 @@ class StackedTrainers(LocalTrainers):
         self.y, self.train_mask = cat("y"), cat("train_mask")
         self.train_idx = self.train_mask.nonzero().view(-1)
         self.loss_weight = _client_losses_weights(clients).to(self.device)[self.graph.client_of[self.train_idx]]
-        self.params = {n: torch.stack([p[n] for p in init]).to(self.device).requires_grad_(True) for n in init[0]}
+        self.params = {n: to_stacked(n, torch.stack([p[n] for p in init])).to(self.device).requires_grad_(True)
+                       for n in init[0]}
         self.optim = _optimizer(self.params.values(), cfg)
 
     def get_params(self, k: int) -> Params:
-        return {n: v[k].detach().clone() for n, v in self.params.items()}
+        return {n: from_stacked(n, v[k].detach()) if n.endswith("weight") else v[k].detach().clone()
+                for n, v in self.params.items()}
 
     def set_params(self, k: int, params: Params) -> None:
         with torch.no_grad():
             for n, v in self.params.items():
-                v[k].copy_(params[n])
+                v[k].copy_(to_stacked(n, params[n]))
 
     def set_all_params(self, params: Params) -> None:
         with torch.no_grad():
             for n, v in self.params.items():
-                v.copy_(params[n].to(v).expand_as(v))
+                v.copy_(to_stacked(n, params[n]).to(v).expand_as(v))
 
     def _forward(self, training: bool) -> torch.Tensor:
         return stacked_forward(self.cfg.model, self.params, self.graph, self.cfg.layers, self.cfg.dropout, training)
@@ -171,7 +173,7 @@ class StackedTrainers(LocalTrainers):
             return
         anchor = None
         if prox_mu and anchors is not None:
-            anchor = {n: torch.stack([a[n] for a in anchors]).to(self.device) for n in self.params}
+            anchor = {n: to_stacked(n, torch.stack([a[n] for a in anchors])).to(self.device) for n in self.params}
         for _ in range(epochs):
             self.optim.zero_grad()
             out = self._forward(True)[self.train_idx]

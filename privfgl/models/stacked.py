@@ -3,6 +3,8 @@
 This is a simulation accelerator, not a different algorithm. K clients' graphs are laid side by
 side as one block-diagonal graph (no edge crosses two clients), every parameter gets a leading
 client dimension [K, ...], and each layer multiplies client k's rows only by client k's weights.
+Weights are stored transposed, [K, in, out] (PyG's Linear keeps [out, in]), so that the layers
+use them as views without copies; `to_stacked` / `from_stacked` convert one tensor.
 The loss is the sum of the clients' own mean losses, so each client's gradient is exactly the
 gradient of its own loss, and an element-wise optimizer (Adam, SGD) on the stacked tensors is K
 independent optimizers. The parameter names are those of the PyG backbones in this package, so
@@ -72,12 +74,12 @@ class BlockGraph:
 
     # ---- per-client linear maps ----------------------------------------------------------------
     def input_linear(self, x: torch.Tensor, weight: torch.Tensor, key: str) -> torch.Tensor:
-        """Rows of fixed input x [N, F] times their client's weight[c]^T: weight [K, out, F] -> [N, out].
+        """Rows of fixed input x [N, F] times their client's weight[c]: weight [K, F, out] -> [N, out].
 
         Sparse inputs (bag-of-words) use one sparse matrix S [N, K*F] whose row i holds x[i] in
         client c(i)'s column block, so the whole layer is a single sparse-dense product.
         """
-        K, out, F_in = weight.shape
+        K, F_in, out = weight.shape
         if key not in self._cache:
             density = float((x != 0).float().mean()) if x.numel() else 0.0
             if density < 0.25:
@@ -88,19 +90,29 @@ class BlockGraph:
                 self._cache[key] = x
         s = self._cache[key]
         if isinstance(s, FixedSparse):
-            return s @ weight.transpose(1, 2).reshape(K * F_in, out)
+            return s @ weight.reshape(K * F_in, out)
         return self.linear(s, weight)
 
     def linear(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """Rows of h [N, in] times their client's weight[c]^T, weight [K, out, in] -> [N, out] (padded bmm)."""
-        K, out, inn = weight.shape
+        """Rows of h [N, in] times their client's weight[c], weight [K, in, out] -> [N, out] (padded bmm)."""
+        K, inn, out = weight.shape
         padded = h.new_zeros(K * self.n_max, inn).index_copy(0, self.pad_index, h)
-        result = torch.bmm(padded.view(K, self.n_max, inn), weight.transpose(1, 2))
+        result = torch.bmm(padded.view(K, self.n_max, inn), weight)
         return result.reshape(K * self.n_max, out).index_select(0, self.pad_index)
 
     def bias(self, b: torch.Tensor) -> torch.Tensor:
         """Per-client bias [K, out] expanded to rows [N, out]."""
         return b.index_select(0, self.client_of)
+
+
+def to_stacked(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """A PyG parameter (one client's [out, in] weight, or a stack [K, out, in]) in stacked layout."""
+    return tensor.transpose(-1, -2).contiguous() if name.endswith("weight") else tensor
+
+
+def from_stacked(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The inverse of `to_stacked`: back to PyG's [..., out, in] layout."""
+    return tensor.transpose(-1, -2).contiguous() if name.endswith("weight") else tensor
 
 
 class _FixedSparseMatmul(torch.autograd.Function):
@@ -123,7 +135,6 @@ class FixedSparse:
     def __init__(self, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int):
         self.a = _csr(rows, cols, vals, n_rows, n_cols)
         self.a_t = _csr(cols, rows, vals, n_cols, n_rows)
-        self.layout = torch.sparse_csr
 
     def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
         if not h.requires_grad:
