@@ -75,7 +75,7 @@ class LocalGraphs:
         h = self.features @ w0.reshape(k * f, hidden)
         for i in range(layers):
             if i > 0:
-                h = self.block.linear(h, params[f"w{i}"].transpose(1, 2))
+                h = self.block.linear(h, params[f"w{i}"])
             h = self.adj @ h + params[f"b{i}"].index_select(0, self.client_of)
             if i < layers - 1:
                 h = drop(F.relu(h), p_drop, training)
