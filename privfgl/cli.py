@@ -1,4 +1,4 @@
-"""Command line: `privfgl run`, `privfgl datasets`, `privfgl quickstart`."""
+"""Command line: `privfgl run`, `privfgl audit`, `privfgl datasets`, `privfgl quickstart`."""
 from __future__ import annotations
 
 import argparse
@@ -136,6 +136,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """`privfgl run`, then the attacks on the adversary's view; findings land in the record's `attacks`."""
+    from attacks import format_findings, parse_attack, run_attacks
+    from privfgl.experiment import run
+    from privfgl.results import format_table, write_record
+    try:
+        attacks = [parse_attack(spec) for spec in args.attack]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    cfg = config_from_args(args)
+    if args.transcript is None and cfg.transcript == "last":
+        cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads
+    record, setup = run(cfg)
+    record["attacks"] = [f.as_record() for f in run_attacks(setup, cfg, attacks, args.adversary)]
+    if args.out:
+        write_record(record, args.out)
+    print(format_table([record]))
+    print(format_findings(record["attacks"]))
+    if args.out:
+        print(f"run record: {args.out}")
+    return 0
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from privfgl.data import dataset_status, resolve_data_root
     root = resolve_data_root(args.data_root)
@@ -181,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="run one method on one dataset and write its run record")
     add_run_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
+    p_audit = sub.add_parser("audit", help="run a method, then attacks on what the adversary saw")
+    add_run_arguments(p_audit)
+    p_audit.add_argument("--attack", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
+                         help="gradient-inversion, label-inference, stats-reconstruction (repeatable), e.g. "
+                              "gradient-inversion:variant=dictionary,clients=0+3 (README: Attacks and audits)")
+    p_audit.add_argument("--adversary", default="server", help="the party whose view the attacks read (default server)")
+    p_audit.set_defaults(func=cmd_audit)
     p_ds = sub.add_parser("datasets", help="which datasets are available offline, and where")
     p_ds.add_argument("--data-root")
     p_ds.set_defaults(func=cmd_datasets)

@@ -120,11 +120,12 @@ class Federation:
                 self.channel.deliver(Message(round, name + ":down", SERVER, client_name(k), kind, int(nbytes), tensors))
         # ... and the revealed sum, which the protocol opens to the server (and only the sum), or
         # to the clients only when its `reveals_to` is "clients" (e.g. O-pFGL's server-efficient variant).
+        # The view keeps its own dict: methods may pop fields from the one they get back.
         if reveals_to == "server":
-            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, total))
+            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, dict(total)))
         else:
             for c in self.clients:
-                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, total))
+                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, dict(total)))
 
     def cost(self) -> dict:
         """Bytes sent by clients (up) and by the server (down), per party and in total."""

@@ -1,0 +1,98 @@
+"""`privfgl audit`: run a method, then attacks on the adversary's view; findings go to the record."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from attacks.base import Attack, Finding, Knowledge, NoInput
+from attacks.gradient_inversion import GradientInversion
+from attacks.label_inference import LabelInference
+from attacks.stats_reconstruction import StatsReconstruction
+from attacks.view import adversary_view
+from privfgl.federation import SERVER
+
+ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "label-inference": LabelInference,
+                                    "stats-reconstruction": StatsReconstruction}
+
+
+def parse_attack(spec: str) -> Attack:
+    """NAME or NAME:key=value,key=value (e.g. gradient-inversion:variant=dictionary,clients=0+3)."""
+    name, _, rest = spec.partition(":")
+    if name not in ATTACKS:
+        raise ValueError(f"unknown attack {name!r}; valid: {', '.join(ATTACKS)}")
+    params: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"attack {name}: {item!r} is not KEY=VALUE")
+        if key == "clients":
+            params[key] = [int(v) for v in value.split("+")]
+        else:
+            params[key] = int(value) if value.lstrip("-").isdigit() else value
+    try:
+        return ATTACKS[name](**params)
+    except TypeError as e:
+        raise ValueError(f"attack {name}: {e}") from None
+
+
+def public_knowledge(setup, run_config) -> Knowledge:
+    """The run's public settings and the population priors (the dataset's feature marginals and
+    label distribution over all nodes, as from a public copy of the dataset)."""
+    x = torch.cat([c.x for c in setup.clients]).double()
+    y = torch.cat([c.y for c in setup.clients])
+    m = setup.model
+    return Knowledge(run_config.method, m.model, m.layers, m.hidden, setup.num_features, setup.num_classes, m.lr,
+                     m.weight_decay, setup.method.local_epochs, m.optimizer, m.dropout, (x > 0).double().mean(0),
+                     torch.bincount(y, minlength=setup.num_classes).double() / y.numel())
+
+
+def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -> list[Finding]:
+    """Every attack on every target it names: the attack sees only `party`'s view and its aux."""
+    view = adversary_view(setup.federation.transcript, party)
+    knowledge = public_knowledge(setup, run_config)
+    findings = []
+    for attack in attacks:
+        for target in attack.targets(view, knowledge, len(setup.clients)):
+            aux = attack.declare_aux(setup, knowledge, target)
+            start = time.perf_counter()
+            try:
+                reconstruction = attack.attack(view, aux)
+            except NoInput as e:
+                findings.append(Finding(attack.name, target, {"no_input": str(e)}, {}, {"adversary": party}))
+                continue
+            seconds = time.perf_counter() - start
+            metrics, baseline = attack.score(reconstruction, attack.truth(setup, target), aux)
+            findings.append(Finding(attack.name, target, metrics, baseline,
+                                    {"adversary": party, "seconds": round(seconds, 3)}))
+    return findings
+
+
+HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "cosine", "label_acc"),
+             "label-inference": ("js", "cosine"), "stats-reconstruction": ()}
+
+
+def _headline(f: dict) -> list[tuple[str, object, object]]:
+    m, b = f["metrics"], f["baseline"]
+    if "no_input" in m:
+        return [("no input", m["no_input"], "")]
+    if f["name"] == "stats-reconstruction":
+        return [(f"size {s} raw_auc/exact", f"{v['raw_auc']:.3f}/{v['exact_fraction']:.2f}",
+                 f"{b['by_class_size'][s]['raw_auc']:.3f}") for s, v in m["by_class_size"].items()]
+    rows = []
+    for key in HEADLINES[f["name"]]:
+        if key in m:
+            base = b.get(key, b.get(f"uniform_{key}"))
+            rows.append((key, m[key], base))
+    return rows
+
+
+def format_findings(findings: list[dict]) -> str:
+    """A short table: attack, target, metric, value, baseline."""
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)
+    cells = [["attack", "target", "metric", "value", "baseline"]]
+    for f in findings:
+        for key, value, base in _headline(f):
+            cells.append([f["name"], f["target"], key, fmt(value), fmt(base)])
+    widths = [max(len(r[i]) for r in cells) for i in range(5)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)

@@ -1,0 +1,69 @@
+"""Scores of reconstructions against ground truth (used by the scorers only, never by attacks).
+
+Features are binary bag-of-words rows [m, f]; predictions are scores [m, f] (higher = more likely 1).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().cpu().double().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, dtype=float)
+
+
+def feature_metrics(pred, true) -> dict[str, float]:
+    """auc_per_feature: mean over features present in some but not all rows of the AUC over rows
+    (a constant per feature, e.g. the marginal prior, scores 0.5); auc / ap: over all entries;
+    f1_at_density: F1 when the top-k scores are called 1, k = the true number of ones; cosine:
+    mean row cosine similarity."""
+    p, t = _np(pred), _np(true) > 0.5
+    cols = [j for j in range(t.shape[1]) if 0 < t[:, j].sum() < t.shape[0]]
+    auc_pf = float(np.mean([roc_auc_score(t[:, j], p[:, j]) for j in cols])) if cols else float("nan")
+    flat_t, flat_p = t.ravel(), p.ravel()
+    k = int(flat_t.sum())
+    called = np.zeros_like(flat_t)
+    called[np.argsort(-flat_p, kind="stable")[:k]] = True
+    tp = int((called & flat_t).sum())
+    f1 = 2 * tp / (called.sum() + k) if k else float("nan")
+    num = (p * t).sum(1)
+    den = np.linalg.norm(p, axis=1) * np.linalg.norm(t, axis=1)
+    cos = float(np.mean(np.where(den > 0, num / np.maximum(den, 1e-300), 0.0)))
+    both = 0 < k < flat_t.size
+    return {"auc_per_feature": auc_pf,
+            "auc": float(roc_auc_score(flat_t, flat_p)) if both else float("nan"),
+            "ap": float(average_precision_score(flat_t, flat_p)) if both else float("nan"),
+            "f1_at_density": float(f1), "cosine": cos}
+
+
+def match_rows(pred, true) -> np.ndarray:
+    """For an unordered reconstruction: index into `pred` [r, f] for every row of `true` [m, f]
+    (Hungarian assignment on cosine similarity; -1 for rows left without a partner when r < m)."""
+    p, t = _np(pred), _np(true)
+    pn = p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
+    tn = t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+    rows, cols = linear_sum_assignment(-(pn @ tn.T))
+    out = -np.ones(t.shape[0], dtype=int)
+    out[cols] = rows
+    return out
+
+
+def label_accuracy(pred, true) -> float:
+    p, t = _np(pred), _np(true)
+    return float((p == t).mean()) if t.size else float("nan")
+
+
+def distribution_metrics(pred, true) -> dict[str, float]:
+    """cosine similarity and Jensen-Shannon divergence (bits, in [0, 1]) of two distributions [C]."""
+    p, q = _np(pred), _np(true)
+    p, q = np.clip(p, 0, None), np.clip(q, 0, None)
+    p, q = p / max(p.sum(), 1e-300), q / max(q.sum(), 1e-300)
+    m = (p + q) / 2
+
+    def kl(a, b):
+        nz = a > 0
+        return float((a[nz] * np.log2(a[nz] / b[nz])).sum())
+    cos = float(p @ q / max(np.linalg.norm(p) * np.linalg.norm(q), 1e-300))
+    return {"cosine": cos, "js": 0.5 * kl(p, m) + 0.5 * kl(q, m)}

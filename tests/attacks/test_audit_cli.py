@@ -1,0 +1,25 @@
+"""`privfgl audit`: runs the method, then the attacks, and writes them into the run record."""
+import json
+
+from privfgl.cli import main
+
+
+def test_audit_writes_findings_with_baselines(tmp_path, capsys):
+    out = tmp_path / "audit.json"
+    code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--partition", "louvain", "--clients", "3",
+                 "--rounds", "1", "--local-epochs", "1", "--optimizer", "sgd", "--dropout", "0", "--hidden", "16",
+                 "--no-progress", "--attack", "label-inference:clients=0", "--out", str(out)])
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert record["config"]["transcript"] == "all" and record["config"]["optimizer"] == "sgd"
+    rows = {a["target"]: a for a in record["attacks"]}
+    assert set(rows) == {"client0", "aggregate:client0"}
+    assert set(rows["client0"]) >= {"name", "target", "metrics", "baseline"}
+    assert rows["client0"]["metrics"]["js"] < rows["client0"]["baseline"]["uniform_js"]
+    assert "label-inference" in capsys.readouterr().out
+
+
+def test_audit_rejects_an_unknown_attack(capsys):
+    code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--attack", "model-stealing"])
+    assert code == 2
+    assert "unknown attack 'model-stealing'" in capsys.readouterr().err
