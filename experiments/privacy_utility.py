@@ -1,14 +1,22 @@
-"""Privacy–utility of DP-FedAvg (client-level DP) on Cora, louvain+, 10 clients: test accuracy vs ε.
+"""Privacy–utility on Cora, louvain+, 10 clients: test accuracy vs ε for DP-FedAvg (client-level DP)
+and DP O-pFGL (node-level DP on its one statistics upload).
 
-For every target ε, σ is the smallest noise multiplier (opacus' RDP search) with ε(δ) ≤ target
-for `rounds` releases at client sampling rate q; DP-FedAvg then runs with
+DP-FedAvg: for every target ε, σ is the smallest noise multiplier (opacus' RDP search) with
+ε(δ) ≤ target for `rounds` releases at client sampling rate q; DP-FedAvg then runs with
 `--dp gaussian:sigma=σ,clip=C,on=update,mode=central` and the run record's ε is reported (it is
 privfgl's accountant, recomputed from the releases actually made). Non-private FedAvg (ε = inf)
 and Local (nothing shared) are the references. Every setting runs for each seed and each
 evaluation mode (local_model: a client's model after its local training, the default;
 global_model: the DP global model itself).
 
+DP O-pFGL: the `cora-louvain+` preset with partition seed 42 (as experiments/reproduce_opfgl.py)
+and `dp_epsilon=ε, dp_clip=B, dp_degree=D` (privfgl/methods/opfgl_dp.py: rows clipped to B,
+degree bound D, one Gaussian release of (n, S1, S2), distributed noise under `--opfgl-protocol`
+ckks). Non-private O-pFGL under the same protocol is its reference. Its record has one
+evaluation (the personalised models after stage 2), reported as both accuracies.
+
     python experiments/privacy_utility.py                      # → runs/privacy_utility.{csv,png}
+    python experiments/privacy_utility.py --methods dp-opfgl --epsilons 1,4,16 --out runs/privacy_utility_opfgl
     python experiments/privacy_utility.py --epsilons 8 --seeds 0 --rounds 10   # a quick look
 
 Writes one CSV row per run (test accuracy at the best-validation round, as the record reports it,
@@ -28,10 +36,12 @@ import zlib
 from pathlib import Path
 
 from privfgl.experiment import RunConfig, run
+from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED
 from privfgl.privacy import noise_multiplier_for
 
-FIELDS = ["method", "evaluation", "target_epsilon", "epsilon", "delta", "sigma", "clip", "q", "rounds", "seed",
-          "test_acc", "best_round", "test_acc_last", "test_f1_macro", "seconds"]
+FIELDS = ["method", "evaluation", "target_epsilon", "epsilon", "delta", "sigma", "clip", "degree", "q", "rounds",
+          "seed", "test_acc", "best_round", "test_acc_last", "test_f1_macro", "seconds"]
+METHOD_CHOICES = ("dp-fedavg", "dp-opfgl")
 
 
 def one_run(args, method: str, evaluation: str, seed: int, sigma: float | None = None) -> dict:
@@ -50,8 +60,38 @@ def one_run(args, method: str, evaluation: str, seed: int, sigma: float | None =
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def sweep(args) -> list[dict]:
+def opfgl_run(args, seed: int, epsilon: float | None = None) -> dict:
+    """One O-pFGL run (cora-louvain+ preset); node-level DP at `epsilon` (None: non-private)."""
+    dp = {"dp_epsilon": epsilon, "dp_clip": args.opfgl_clip, "dp_degree": args.opfgl_degree,
+          "dp_delta": args.delta} if epsilon else {}
+    cfg = RunConfig(method="opfgl", dataset="cora", partition="louvain+", clients=10, rounds=1, seed=seed,
+                    partition_seed=PRESET_PARTITION_SEED, protocol=args.opfgl_protocol, data_root=args.data_root,
+                    download=not args.offline, method_params={"preset": "cora-louvain+", **dp}, progress=False,
+                    transcript="none")
+    start = time.perf_counter()
+    record, _ = run(cfg)
+    m, privacy = record["metrics"], record["privacy"]
+    return {"method": "dp-opfgl" if epsilon else "opfgl", "evaluation": "local_model", "target_epsilon": epsilon,
+            "epsilon": privacy["epsilon"], "delta": privacy["delta"],
+            "sigma": privacy["dp"]["sigma"] if epsilon else None, "clip": args.opfgl_clip if epsilon else None,
+            "degree": args.opfgl_degree if epsilon else None, "q": None, "rounds": 1, "seed": seed,
+            "test_acc": m["test_acc"], "best_round": m["best_round"], "test_acc_last": m["test_acc"],
+            "test_f1_macro": m["test_f1_macro"], "seconds": round(time.perf_counter() - start, 1)}
+
+
+def sweep_opfgl(args) -> list[dict]:
     rows = []
+    for epsilon in [*args.epsilons, None]:
+        for seed in args.seeds:
+            rows.append(opfgl_run(args, seed, epsilon))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def sweep(args) -> list[dict]:
+    rows = sweep_opfgl(args) if "dp-opfgl" in args.methods else []
+    if "dp-fedavg" not in args.methods:
+        return rows
     for target in args.epsilons:
         sigma = noise_multiplier_for(target, args.delta, args.q, args.rounds)
         for evaluation in args.evaluations:
@@ -150,17 +190,27 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epsilons", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 2.0, 4.0, 8.0])
+    p.add_argument("--methods", type=lambda s: s.split(","), default=list(METHOD_CHOICES),
+                   help=f"comma-separated subset of {','.join(METHOD_CHOICES)}")
+    p.add_argument("--epsilons", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 4.0, 8.0, 16.0])
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     p.add_argument("--evaluations", type=lambda s: s.split(","), default=["local_model", "global_model"])
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--clip", type=float, default=0.5, help="L2 bound C on each client's model delta")
     p.add_argument("--q", type=float, default=1.0, help="client sampling rate")
     p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--opfgl-clip", type=float, default=5.0, help="DP O-pFGL: L2 bound B on x^prop rows "
+                   "(about the median row norm on Cora)")
+    p.add_argument("--opfgl-degree", type=int, default=3, help="DP O-pFGL: degree bound D (Cora's median degree)")
+    p.add_argument("--opfgl-protocol", default="ckks", help="DP O-pFGL's protocol (distributed noise needs a "
+                   "secure one)")
     p.add_argument("--data-root")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--out", default="runs/privacy_utility", help="path prefix of the .csv and .png")
     args = p.parse_args()
+    unknown = sorted(set(args.methods) - set(METHOD_CHOICES))
+    if unknown:
+        p.error(f"unknown --methods {','.join(unknown)}; valid: {','.join(METHOD_CHOICES)}")
     rows = sweep(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,11 @@ the seeds of the node-weighted per-client accuracy and macro-F1.
     python experiments/reproduce_opfgl.py --out runs/opfgl.md
     python experiments/reproduce_opfgl.py --datasets cora --partitions louvain+ --methods opfgl \
         --ablations no-hre fixed-gamma ft-only two-pseudo-nodes --out runs/opfgl-ablations.md
+    python experiments/reproduce_opfgl.py --datasets cora --partitions louvain+ --methods opfgl \
+        --seeds 0 --protocols plain ckks crypten --out runs/opfgl-protocols.md   # wall time side by side
+
+With several `--protocols`, every run is repeated under each, one after the other in this process,
+so their wall times ("s / run") compare on the same machine at the same time.
 """
 from __future__ import annotations
 
@@ -44,9 +49,10 @@ def ablation_params(name: str, preset: str) -> dict:
             "two-pseudo-nodes": {"pseudo_nodes_per_class": 2}}[name]
 
 
-def config(method: str, dataset: str, partition: str, seed: int, args, extra: dict | None = None) -> RunConfig:
+def config(method: str, dataset: str, partition: str, seed: int, protocol: str, args,
+           extra: dict | None = None) -> RunConfig:
     common = dict(dataset=dataset, partition=partition, clients=10, seed=seed, partition_seed=PRESET_PARTITION_SEED,
-                  protocol=args.protocol, data_root=args.data_root, progress=False, transcript="none")
+                  protocol=protocol, data_root=args.data_root, progress=False, transcript="none")
     if method == "standalone":  # 300 local epochs, best round by weighted validation accuracy
         return RunConfig(method="local", rounds=100, local_epochs=3, **common)
     if method == "fedavg":  # one round of 100 local epochs, then 100 epochs of local fine-tuning
@@ -71,7 +77,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="*", default=["standalone", "fedavg", "opfgl"], choices=list(METHOD_LABELS))
     ap.add_argument("--ablations", nargs="*", default=[],
                     choices=["no-hre", "fixed-gamma", "ft-only", "two-pseudo-nodes"])
-    ap.add_argument("--protocol", default="plain")
+    ap.add_argument("--protocols", nargs="+", default=["plain"])
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--out", default="runs/opfgl.md", help="Markdown table")
     ap.add_argument("--json", default=None, help="also write every run's summary here")
@@ -79,39 +85,40 @@ def main() -> None:
 
     rows, raw = [], []
     variants = [(m, None) for m in args.methods] + [("opfgl", a) for a in args.ablations]
-    for dataset in args.datasets:
-        for partition in args.partitions:
-            for method, ablation in variants:
-                extra = ablation_params(ablation, f"{dataset}-{partition}") if ablation else None
-                accs, f1s, secs, up = [], [], [], []
-                for seed in args.seeds:
-                    start = time.perf_counter()
-                    record, _ = run(config(method, dataset, partition, seed, args, extra))
-                    secs.append(time.perf_counter() - start)
-                    m = record["metrics"]
-                    accs.append(m["test_acc"])
-                    f1s.append(m["test_f1_macro"])
-                    up.append(max(record["cost"]["bytes_up_per_client"]))
-                    raw.append({"dataset": dataset, "partition": partition, "method": method, "ablation": ablation,
-                                "seed": seed, "test_acc": m["test_acc"], "test_f1_macro": m["test_f1_macro"],
-                                "val_acc": m["val_acc"], "seconds": secs[-1], "bytes_up_per_client": up[-1]})
-                    print(f"{dataset:9s} {partition:9s} {method:10s} {ablation or '':17s} seed {seed}: "
-                          f"acc {100 * accs[-1]:.2f} f1 {100 * f1s[-1]:.2f} ({secs[-1]:.1f} s)", flush=True)
-                paper = (PAPER_ABLATIONS.get((dataset, partition), {}).get(ablation) if ablation
-                         else PAPER[(dataset, partition)][method])
-                acc, f1 = pct(accs), pct(f1s)
-                label = METHOD_LABELS[method] + (f" [{ablation}]" if ablation else "")
-                rows.append([dataset, partition, label, fmt(acc), fmt(f1),
-                             f"{paper[0]:.2f} / {paper[1]:.2f}" if paper else "n/a (chart only)",
-                             f"{acc[0] - paper[0]:+.2f}" if paper else "", f"{statistics.fmean(secs):.1f}",
-                             f"{max(up) / 1e3:.0f}"])
-    header = ["dataset", "partition", "method", "acc % (ours)", "F1 % (ours)", "paper acc / F1", "Δ acc",
+    settings = [(d, p, m, a, proto) for d in args.datasets for p in args.partitions for m, a in variants
+                for proto in args.protocols]
+    for dataset, partition, method, ablation, protocol in settings:
+        extra = ablation_params(ablation, f"{dataset}-{partition}") if ablation else None
+        accs, f1s, secs, up = [], [], [], []
+        for seed in args.seeds:
+            start = time.perf_counter()
+            record, _ = run(config(method, dataset, partition, seed, protocol, args, extra))
+            secs.append(time.perf_counter() - start)
+            m = record["metrics"]
+            accs.append(m["test_acc"])
+            f1s.append(m["test_f1_macro"])
+            up.append(max(record["cost"]["bytes_up_per_client"]))
+            raw.append({"dataset": dataset, "partition": partition, "method": method, "ablation": ablation,
+                        "protocol": protocol, "seed": seed, "test_acc": m["test_acc"],
+                        "test_f1_macro": m["test_f1_macro"], "val_acc": m["val_acc"], "seconds": secs[-1],
+                        "bytes_up_per_client": up[-1]})
+            print(f"{dataset:9s} {partition:9s} {method:10s} {ablation or '':17s} {protocol:8s} seed {seed}: "
+                  f"acc {100 * accs[-1]:.2f} f1 {100 * f1s[-1]:.2f} ({secs[-1]:.1f} s)", flush=True)
+        paper = (PAPER_ABLATIONS.get((dataset, partition), {}).get(ablation) if ablation
+                 else PAPER[(dataset, partition)][method])
+        acc, f1 = pct(accs), pct(f1s)
+        label = METHOD_LABELS[method] + (f" [{ablation}]" if ablation else "")
+        rows.append([dataset, partition, label, protocol, fmt(acc), fmt(f1),
+                     f"{paper[0]:.2f} / {paper[1]:.2f}" if paper else "n/a (chart only)",
+                     f"{acc[0] - paper[0]:+.2f}" if paper else "", f"{statistics.fmean(secs):.1f}",
+                     f"{max(up) / 1e3:.0f}"])
+    header = ["dataset", "partition", "method", "protocol", "acc % (ours)", "F1 % (ours)", "paper acc / F1", "Δ acc",
               "s / run", "KB up / client"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     table = "\n".join(lines)
     note = (f"\nSeeds {args.seeds} (training only; partition and splits fixed at seed {PRESET_PARTITION_SEED}), "
-            f"10 clients, protocol {args.protocol}; mean ± population std.\n")
+            f"10 clients; mean ± population std.\n")
     print("\n" + table + note)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.methods import METHODS, MethodConfig, Setup
+from privfgl.methods.opfgl_params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
 from privfgl.results import make_record
 from privfgl.training import ENGINES, OPTIMIZERS, ModelConfig
@@ -25,6 +26,8 @@ from privfgl.training import ENGINES, OPTIMIZERS, ModelConfig
 # Split defaults per method (train, val, test): 20/40/40 for the baselines as in the O-pFGL setting.
 DEFAULT_SPLIT = (0.2, 0.4, 0.4)
 EVALUATION_MODES = ("local_model", "global_model")
+# Protocol parameters a method needs by default, per protocol (filled in only where unset).
+METHOD_PROTOCOL_DEFAULTS = {"opfgl": OPFGL_PROTOCOL_DEFAULTS}
 
 
 @dataclass
@@ -120,6 +123,13 @@ def partition_cache_dir() -> Path:
     return Path(base) / "partitions"
 
 
+def effective_protocol_params(cfg: RunConfig) -> dict:
+    """cfg.protocol_params completed by the method's defaults for the run's protocol
+    (METHOD_PROTOCOL_DEFAULTS); a key the user set is never overridden."""
+    defaults = METHOD_PROTOCOL_DEFAULTS.get(cfg.method, {}).get(cfg.protocol, {})
+    return {**defaults, **cfg.protocol_params}
+
+
 def build_setup(cfg: RunConfig, data=None) -> Setup:
     """Everything a method needs. `data` overrides loading cfg.dataset (e.g. an in-memory graph)."""
     cfg.validate()
@@ -131,7 +141,8 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     parts = partition_nodes(data, cfg.partition, cfg.clients, seed=data_seed, cache_dir=cache, **cfg.partition_params)
     clients = client_subgraphs(data, parts)
     split_clients(clients, *cfg.split, seed=data_seed)
-    protocol = protocols.get_protocol(cfg.protocol, **cfg.protocol_params)
+    protocol_params = effective_protocol_params(cfg)
+    protocol = protocols.get_protocol(cfg.protocol, **protocol_params)
     dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
     message_dp = MessageDP(dp_spec, cfg.clients) if dp_spec is not None else None
     federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp)
@@ -140,7 +151,8 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
                           cfg.seed, cfg.progress, dict(cfg.method_params))
     tracker = RoundTracker(clients, int(data.num_classes))
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
-                 extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes)})
+                 extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
+                         "protocol_params": protocol_params})
 
 
 def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
@@ -153,7 +165,10 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
     finally:
         setup.federation.protocol.close()  # e.g. stop crypten's party processes
     total_s = time.perf_counter() - start
+    params = setup.extras["protocol_params"]
     config = {**dataclasses.asdict(cfg), "split": list(cfg.split), "dataset_name": setup.extras["dataset_name"],
+              "protocol_params": params,
+              "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},
               "versions": _versions()}
     record = make_record(config, setup, total_s)
     return record, setup

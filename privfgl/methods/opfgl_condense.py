@@ -9,6 +9,7 @@ with X'^prop = [X' ‖ ÂX' ‖ …] over Â = gcn_norm(A'), λ_c = N^c / Σ N. 
 `it mod 50 < 10`, on X' otherwise.
 
 Deviations, tagged: [code] the std (not the variance) is matched unless align="variance";
+[inferred] the std is floored at 1e-6 (STD_FLOOR) so that a zero variance gives no NaN gradient;
 [code] the final adjacency is g_θ without gradient but with BatchNorm still on batch statistics
 (the authors' `inference` leaves the module in training mode); [inferred] the smoothness term is 0
 when no edge survives (the code divides by zero); [inferred] classes with N^c = 0 get no pseudo-node.
@@ -26,6 +27,10 @@ from torch import nn
 from privfgl.methods.opfgl_stats import PooledStatistics
 
 ADJ_CYCLE, ADJ_STEPS = 50, 10  # θ is updated on iterations it % 50 < 10 (authors' code)
+# The std is sqrt(max(var, STD_FLOOR)): where a class's target std is 0 (absent words), Adam pulls
+# its pseudo-nodes' coordinates together until the variance is exactly 0, and sqrt's gradient
+# there (inf · 0) turns X' into NaN; below the floor the std term has no gradient instead.
+STD_FLOOR = 1e-12
 
 
 @dataclass
@@ -113,6 +118,7 @@ def condense(stats: PooledStatistics, sizes: torch.Tensor, num_features: int, ho
     mean = stats.mean.float().to(device)[classes]
     target = (stats.var.sqrt() if align == "std" else stats.var).float().to(device)[classes]
     spread_on = (n_c > 1).float()
+    any_spread = bool(spread_on.any())                                    # False with one pseudo-node per class
 
     torch.manual_seed(seed)
     x = torch.randn(labels.numel(), num_features, device=device).requires_grad_(True)
@@ -130,9 +136,9 @@ def condense(stats: PooledStatistics, sizes: torch.Tensor, num_features: int, ho
         xp = _propagate(x, gcn_norm_dense(adj), hops)
         class_mean = (member @ xp) / n_c[:, None]                          # [C', D]
         loss_c = ((class_mean - mean) ** 2).mean(dim=1)
-        if bool(spread_on.any()):
+        if any_spread:
             sq = member @ (xp - class_mean[position]) ** 2 / (n_c - 1).clamp(min=1)[:, None]
-            spread = sq.sqrt() if align == "std" else sq
+            spread = sq.clamp(min=STD_FLOOR).sqrt() if align == "std" else sq
             loss_c = loss_c + spread_on * ((spread - target) ** 2).mean(dim=1)
         loss = feat_alpha * (weight * loss_c).sum() + smoothness_alpha * _smoothness(x, adj)
         opt = opt_link if adj_step else opt_x

@@ -21,6 +21,13 @@ PRESET_PARTITION_SEED = 42
 VAR_DENOMINATORS = ("paper", "exact")  # N^c − m_c (Eq. 9) or N^c − 1 (exact pooled variance)
 ALIGN_TARGETS = ("std", "variance")  # code: match the std; paper Eq. 11: the variance
 COUNTS_PROTOCOLS = ("auto", "plain", "crypten", "ckks", "bfv")
+DP_MODES = ("auto", "central", "distributed")  # auto: distributed under a secure protocol, central under plain
+
+# Protocol parameters O-pFGL needs by default, applied by privfgl.experiment only where the user did
+# not set the key (and recorded in the run record's config). CrypTen's default 16 fractional bits
+# quantise S2 = Σ(x^prop)² (entries ~1e-2) coarsely enough to move the condensed graph and the
+# accuracy (1.67 points on Cora); 40 bits reproduce plain exactly and still hold |sum| ≤ 2^22.
+PROTOCOL_DEFAULTS = {"crypten": {"precision_bits": 40}}
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,12 @@ class OPFGLParams:
     gamma_max: float | None = None
     fixed_gamma: float | None = None   # ablation: one gamma for every node
     distill: bool = True               # False: stage 2 is plain fine-tuning (ablation "ft")
+    # node-level DP on the statistics (opfgl_dp; off while dp_epsilon is unset)
+    dp_epsilon: float | None = None    # target ε of the one release
+    dp_delta: float = 1e-5
+    dp_clip: float | None = None       # B: ||x^prop_i||₂ ≤ B (required with dp_epsilon)
+    dp_degree: int | None = None       # D: degree bound of the stats' propagation graph (required when hops ≥ 1)
+    dp_mode: str = "auto"              # see DP_MODES
 
 
 PRESETS: dict[str, dict] = {
@@ -86,9 +99,10 @@ def _bad(key: str, value, valid: str) -> ValueError:
 
 def _coerce(key: str, value):
     """Parse one value to the field's type (CLI values arrive as JSON scalars or strings)."""
-    kind = _FIELDS[key].type
-    if value is None and "None" in str(kind):
+    kind = str(_FIELDS[key].type)
+    if value is None and "None" in kind:
         return None
+    kind = kind.removesuffix(" | None")
     if kind == "bool":
         if isinstance(value, bool):
             return value
@@ -140,6 +154,19 @@ def _check(p: OPFGLParams) -> None:
     need(p.var_denominator in VAR_DENOMINATORS, "var_denominator", ", ".join(VAR_DENOMINATORS))
     need(p.align in ALIGN_TARGETS, "align", ", ".join(ALIGN_TARGETS))
     need(p.counts_protocol in COUNTS_PROTOCOLS, "counts_protocol", ", ".join(COUNTS_PROTOCOLS))
+    need(p.dp_mode in DP_MODES, "dp_mode", ", ".join(DP_MODES))
+    need(0 < p.dp_delta < 1, "dp_delta", "a number in (0, 1)")
+    if p.dp_epsilon is None:
+        for key in ("dp_clip", "dp_degree"):
+            need(getattr(p, key) is None, key, "unset unless dp_epsilon is set")
+        return
+    need(p.dp_epsilon > 0, "dp_epsilon", "a number > 0")
+    need(p.dp_clip is not None and p.dp_clip > 0, "dp_clip", "a number > 0 (the L2 bound B on x^prop rows; "
+         "required with dp_epsilon)")
+    if p.hops > 0:
+        need(p.dp_degree is not None and p.dp_degree >= 1, "dp_degree",
+             "an integer >= 1 (the degree bound D that limits one node's influence; required with dp_epsilon "
+             "when hops >= 1)")
 
 
 def resolve_params(method_params: dict) -> OPFGLParams:

@@ -9,8 +9,10 @@ the block-diagonal local graph. The first layer is one sparse product of the blo
 Early stopping is per client, as in the authors' code: every `eval_every` steps each client
 measures accuracy on its own validation nodes, keeps the parameters and logits of its best check
 (strict improvement over 0) and stops after `patience` checks without one. The loop runs until
-every client has stopped; a stopped client's later steps are never used, so the result equals K
-separate runs. A client that never improves keeps its last parameters (as the code does).
+every client has stopped; in stage 2 a stopped client is dropped from the stacked computation
+(its parameters and Adam moments are sliced out, the block graph is rebuilt for the others), so
+the result equals K separate runs and the cost follows the clients still training. A client that
+never improves keeps its last parameters (as the code does).
 
 [simulation] Stage 1 is computed once: in the homogeneous setting every client trains the same
 initialisation on the same pseudo-graph with the same deterministic steps, so the K trajectories
@@ -54,6 +56,7 @@ class LocalGraphs:
     """The K clients' subgraphs side by side: labels/masks [N], Â (block-diagonal), block features."""
 
     def __init__(self, clients: list[Data], device: torch.device):
+        self.clients, self.device = clients, device
         self.block = BlockGraph([c.x for c in clients], [c.edge_index for c in clients], device)
         g = self.block
         cat = lambda name: torch.cat([getattr(c, name) for c in clients]).to(device)
@@ -62,6 +65,15 @@ class LocalGraphs:
         rows, cols = g.x.nonzero(as_tuple=True)
         f = g.x.shape[1]
         self.features = FixedSparse(rows, g.client_of[rows] * f + cols, g.x[rows, cols], g.num_nodes, self.num_clients * f)
+
+    def subset(self, ids: torch.Tensor) -> "LocalGraphs":
+        """The clients `ids` (int64 [K']) alone, in that order."""
+        return LocalGraphs([self.clients[i] for i in ids.tolist()], self.device)
+
+    def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """Row indices [N'] of the clients `ids` in these graphs, client by client."""
+        ptr = self.block.ptr.tolist()
+        return torch.cat([torch.arange(ptr[i], ptr[i + 1]) for i in ids.tolist()]).to(self.y.device)
 
     def split(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """Rows [N, ...] -> one tensor per client."""
@@ -103,12 +115,36 @@ def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Te
     return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
-def train_early_stopping(params: Params, loss_fn: Callable[[Params], torch.Tensor],
-                         eval_fn: Callable[[Params], tuple[Params, torch.Tensor]], graphs: LocalGraphs,
-                         schedule: Schedule) -> Selected:
-    """Adam on the leaf tensors `params` against loss_fn; eval_fn(params) gives every client's
-    parameters [K, ...] and eval-mode logits [N, C] on the local graphs. See the module docstring."""
+LossFn = Callable[[Params], torch.Tensor]
+EvalFn = Callable[[Params], tuple[Params, torch.Tensor]]
+Problem = Callable[[torch.Tensor], tuple[LossFn, EvalFn, "LocalGraphs"]]
+
+
+def _shrink_optimizer(opt: torch.optim.Adam, params: Params, keep: torch.Tensor, lr: float
+                      ) -> tuple[torch.optim.Adam, Params]:
+    """Rows `keep` of every stacked parameter [K, ...] and of its Adam moments: the same K' optimizers
+    (Adam is element-wise), so the kept clients continue exactly where they were."""
+    kept = {n: p.detach().index_select(0, keep).requires_grad_(True) for n, p in params.items()}
+    new = torch.optim.Adam(list(kept.values()), lr=lr, fused=True)
+    for n, p in params.items():
+        state = opt.state.get(p)
+        if state:
+            new.state[kept[n]] = {"step": state["step"].clone(),
+                                  "exp_avg": state["exp_avg"].index_select(0, keep),
+                                  "exp_avg_sq": state["exp_avg_sq"].index_select(0, keep)}
+    return new, kept
+
+
+def train_early_stopping(params: Params, problem: Problem, graphs: "LocalGraphs", schedule: Schedule,
+                         drop_stopped: bool) -> Selected:
+    """Adam on the leaf tensors `params` [K', ...]. problem(active) -> (loss_fn, eval_fn, sub_graphs)
+    for the clients `active` (ids, int64 [K']): eval_fn(params) gives their parameters [K', ...] and
+    eval-mode logits on sub_graphs. drop_stopped: once clients stop, the loop continues on the
+    others only (their steps do not depend on the stopped ones), else params stay as given (stage 1:
+    one shared model, evaluated on every client). See the module docstring."""
     k_clients, dev = graphs.num_clients, graphs.y.device
+    active = torch.arange(k_clients, device=dev)
+    loss_fn, eval_fn, sub = problem(active)
     opt = torch.optim.Adam(list(params.values()), lr=schedule.lr, fused=True)
     with torch.no_grad():
         best, best_logits = eval_fn(params)
@@ -117,6 +153,7 @@ def train_early_stopping(params: Params, loss_fn: Callable[[Params], torch.Tenso
     best_step = torch.zeros(k_clients, dtype=torch.long, device=dev)
     bad = torch.zeros(k_clients, dtype=torch.long, device=dev)
     stopped = torch.zeros(k_clients, dtype=torch.bool, device=dev)
+    rows = torch.arange(graphs.y.numel(), device=dev)  # rows of `sub` in the full local graphs
     for step in range(1, schedule.max_iters + 1):
         opt.zero_grad()
         loss_fn(params).backward()
@@ -125,18 +162,25 @@ def train_early_stopping(params: Params, loss_fn: Callable[[Params], torch.Tenso
             continue
         with torch.no_grad():
             current, logits = eval_fn(params)
-            acc = graphs.validation_accuracy(logits)
-            active = ~stopped
-            better = (acc > best_acc) & active
-            bad = torch.where(better, torch.zeros_like(bad), bad + active.long())
-            take = active & (better | (best_step == 0))  # never improved: follow the current model
-            stopped = stopped | (active & (bad >= schedule.patience))
-            best = {n: _where(take, p, best[n]) for n, p in current.items()}
-            best_logits = _where(take[graphs.client_of], logits, best_logits)
-            best_acc = torch.where(better, acc, best_acc)
-            best_step = torch.where(better, torch.full_like(best_step, step), best_step)
+            acc = sub.validation_accuracy(logits)
+            on = ~stopped[active]                                      # [K'] among the active ids
+            better = (acc > best_acc[active]) & on
+            bad[active] = torch.where(better, torch.zeros_like(better, dtype=torch.long), bad[active] + on.long())
+            take = on & (better | (best_step[active] == 0))  # never improved: follow the current model
+            stopped[active] = stopped[active] | (on & (bad[active] >= schedule.patience))
+            for n, p in current.items():
+                best[n][active] = _where(take, p, best[n][active])
+            best_logits[rows] = _where(take[sub.client_of], logits, best_logits[rows])
+            best_acc[active] = torch.where(better, acc, best_acc[active])
+            best_step[active] = torch.where(better, torch.full_like(best_step[active], step), best_step[active])
         if bool(stopped.all()):
             break
+        if drop_stopped and bool(stopped[active].any()):
+            keep = (~stopped[active]).nonzero().view(-1)
+            opt, params = _shrink_optimizer(opt, params, keep, schedule.lr)
+            active = active[keep]
+            loss_fn, eval_fn, sub = problem(active)
+            rows = graphs.rows_of(active)
     return Selected(best, best_logits, best_acc, best_step)
 
 
@@ -164,33 +208,41 @@ def stage1(init: Params, pseudo: PseudoGraph, graphs: LocalGraphs, layers: int, 
         every = {n: v.expand(k, *v.shape[1:]).contiguous() for n, v in p.items()}
         return every, graphs.forward(every, layers, p_drop, False)
 
-    return train_early_stopping(params, loss_fn, eval_fn, graphs, schedule)
+    return train_early_stopping(params, lambda active: (loss_fn, eval_fn, graphs), graphs, schedule,
+                                drop_stopped=False)
 
 
 def stage2(teacher: Params, graphs: LocalGraphs, gamma: torch.Tensor | None, layers: int, p_drop: float,
            schedule: Schedule) -> Selected:
     """Eq. 15-17: each client fine-tunes its M_G with mean CE over its train nodes plus
     (1/N_k) Σ_i γ_i KL(p_teacher,i ‖ p_student,i) over all its nodes (gamma [N]; None: plain
-    fine-tuning). Teacher logits are computed once with the frozen M_G."""
-    params = _leaf(teacher)
+    fine-tuning). Teacher logits are computed once with the frozen M_G. Stopped clients are
+    dropped from the stacked computation (train_early_stopping's drop_stopped)."""
     with torch.no_grad():
         target = F.softmax(graphs.forward(teacher, layers, p_drop, False), dim=1)
-    y, owner = graphs.y, graphs.client_of
-    train_idx = graphs.train_mask.nonzero().view(-1)
-    n_train = torch.bincount(owner[train_idx], minlength=graphs.num_clients).clamp(min=1)
-    ce_weight = 1.0 / n_train[owner[train_idx]].float()
-    n_nodes = torch.bincount(owner, minlength=graphs.num_clients)
-    kl_weight = None if gamma is None else gamma / n_nodes[owner].float()
 
-    def loss_fn(p: Params) -> torch.Tensor:
-        out = graphs.forward(p, layers, p_drop, True)
-        loss = (F.cross_entropy(out[train_idx], y[train_idx], reduction="none") * ce_weight).sum()
-        if kl_weight is not None:
-            kl = F.kl_div(F.log_softmax(out, dim=1), target, reduction="none").sum(dim=1)
-            loss = loss + (kl * kl_weight).sum()
-        return loss
+    def problem(active: torch.Tensor):
+        rows = graphs.rows_of(active)
+        sub = graphs if active.numel() == graphs.num_clients else graphs.subset(active)
+        y, owner = sub.y, sub.client_of
+        train_idx = sub.train_mask.nonzero().view(-1)
+        n_train = torch.bincount(owner[train_idx], minlength=sub.num_clients).clamp(min=1)
+        ce_weight = 1.0 / n_train[owner[train_idx]].float()
+        n_nodes = torch.bincount(owner, minlength=sub.num_clients)
+        kl_weight = None if gamma is None else gamma[rows] / n_nodes[owner].float()
+        teacher_probs = target[rows]
 
-    def eval_fn(p: Params) -> tuple[Params, torch.Tensor]:
-        return p, graphs.forward(p, layers, p_drop, False)
+        def loss_fn(p: Params) -> torch.Tensor:
+            out = sub.forward(p, layers, p_drop, True)
+            loss = (F.cross_entropy(out[train_idx], y[train_idx], reduction="none") * ce_weight).sum()
+            if kl_weight is not None:
+                kl = F.kl_div(F.log_softmax(out, dim=1), teacher_probs, reduction="none").sum(dim=1)
+                loss = loss + (kl * kl_weight).sum()
+            return loss
 
-    return train_early_stopping(params, loss_fn, eval_fn, graphs, schedule)
+        def eval_fn(p: Params) -> tuple[Params, torch.Tensor]:
+            return p, sub.forward(p, layers, p_drop, False)
+
+        return loss_fn, eval_fn, sub
+
+    return train_early_stopping(_leaf(teacher), problem, graphs, schedule, drop_stopped=True)

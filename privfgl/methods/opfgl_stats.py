@@ -180,11 +180,13 @@ def pooled_statistics(counts: dict[str, torch.Tensor], sums: dict[str, torch.Ten
                       min_contributors: int = 0) -> PooledStatistics:
     """μ and s² from the revealed sums (Eq. 9 in sufficient-statistics form, spec §2.3).
 
-    counts: {"n", "b", "n_orig"} int [C]; sums: {"S1", "S2"} float [C, D]. var_denominator "paper":
+    counts: {"n", "b", "n_orig"} [C], integers (float counts, e.g. noised by message DP, are rounded
+    to the nearest integer ≥ 0); sums: {"S1", "S2"} float [C, D]. var_denominator "paper":
     N − m_c (Eq. 9), "exact": N − 1; denominators below 1 are raised to 1, s² is clamped at 0.
     Classes with N = 0, or fewer than `min_contributors` contributing clients, are withheld."""
-    big_n = counts["n"].long()
-    m = counts["b"].long()
+    as_int = lambda t: t.round().clamp(min=0).long() if t.is_floating_point() else t.long()
+    big_n = as_int(counts["n"])
+    m = as_int(counts["b"])
     present = (big_n > 0) & (m >= min_contributors)
     s1, s2 = sums["S1"].double(), sums["S2"].double()
     nf = big_n.double().clamp(min=1)[:, None]
@@ -192,7 +194,7 @@ def pooled_statistics(counts: dict[str, torch.Tensor], sums: dict[str, torch.Ten
     denom = (big_n - m if var_denominator == "paper" else big_n - 1).double().clamp(min=1)[:, None]
     var = ((s2 - nf * mean * mean) / denom).clamp(min=0.0)
     keep = present[:, None]
-    return PooledStatistics(big_n * present, m * present, counts["n_orig"].long() * present,
+    return PooledStatistics(big_n * present, m * present, as_int(counts["n_orig"]) * present,
                             mean * keep, var * keep, present)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from privfgl.privacy import NoiseSource, gaussian_epsilon
-from privfgl.privacy.stats import ClassStatsRelease, class_sums
+from privfgl.privacy.stats import ClassStatsRelease, StatsReleaseReport, class_sums
 
 
 def test_class_sums_clip_every_row_and_sum_per_class():
@@ -50,3 +50,12 @@ def test_noise_matches_the_calibration_and_epsilon_the_accountant():
         assert abs(out[k].var().item() / std ** 2 - 1) < 5 * math.sqrt(2 / 20_000)
     eps = [ClassStatsRelease.for_epsilon(e, 1e-5, 0.5).sigma for e in (1.0, 4.0, 16.0)]
     assert eps[0] > eps[1] > eps[2]
+
+
+def test_the_release_report_holds_epsilon_delta_and_the_calibration():
+    release = ClassStatsRelease.for_epsilon(2.0, 1e-6, bound=1.5, influence=7)
+    out = StatsReleaseReport(release, 2.0, 1e-6, "distributed", "node", {"degree_bound": 2}).report()
+    assert out["epsilon"] == release.epsilon(1e-6) <= 2.0 and out["delta"] == 1e-6 and out["accountant"] == "rdp"
+    dp = out["dp"]
+    assert dp["sigma"] == release.sigma and dp["noise_std"] == release.noise_std and dp["releases"] == 1
+    assert dp["sensitivity"]["S1"] == 1.5 * 13 and dp["degree_bound"] == 2 and dp["mode"] == "distributed"

@@ -1,0 +1,90 @@
+"""O-pFGL with node-level differential privacy on its one upload (spec §2.6; privfgl.privacy.stats).
+
+Enabled by `--method-param dp_epsilon=E,dp_clip=B,dp_degree=D` (opfgl_params). Client k releases,
+per class c, the sums over its *labelled* nodes only
+    n_c (float), S1_c = Σ x^prop_i, S2_c = Σ (x^prop_i)²,   ||x^prop_i||₂ clipped to B,
+with x^prop computed on its graph after degree bounding to D (privacy.dpsgd.bound_degree).
+Privacy unit: one node (features, label, incident edges) of the degree-bounded graph. Removing v
+changes the GCN-normalised rows of every node within hops + 1 of v (its neighbours lose an edge,
+so their degree in D̃^-1/2 changes too): influence N = Σ_{i=0..hops+1} D^i rows (1 when hops = 0),
+and ClassStatsRelease turns (B, N) into the sensitivities of (n, S1, S2) and σ for the target
+(ε, δ) of one release (opacus RDP, one step, sampling rate 1). Degree bounding is preprocessing
+outside the guarantee, as for DP-SGD (Daigavane et al. 2021).
+
+What changes against the non-private upload, and why:
+- HRE pseudo-labels depend on neighbours' labels (outside the bound): only labelled nodes count.
+- No min_count threshold: a data-dependent all-or-nothing class would break the sensitivity, so
+  every client sends every class; the contributor count m_c is then the public K, and n_orig is
+  the noisy n (labelled nodes only, so they coincide).
+- The counts are noised, so they travel as floats with S1/S2 in one message ("class_stats"
+  {n, S1, S2}) through the run's float protocol; pooled_statistics rounds N to an integer ≥ 0
+  after the reveal (post-processing). There is no separate integer "class_counts" message.
+Noise, by `dp_mode`: "distributed" — each client adds a 1/K share of the variance before the
+secure sum (needs ckks, bfv or crypten); "central" — the server noises the revealed sum once
+(it is trusted with the exact sum); "auto" — distributed under a secure protocol, else central.
+"""
+from __future__ import annotations
+
+import torch
+from torch_geometric.data import Data
+
+from privfgl.methods.opfgl_params import OPFGLParams
+from privfgl.methods.opfgl_stats import propagate_features
+from privfgl.privacy.dpsgd import bound_degree, influence_count
+from privfgl.privacy.noise import NoiseSource
+from privfgl.privacy.stats import BLOCKS, ClassStatsRelease, StatsReleaseReport, class_sums
+
+UNIT = "node (features, label and incident edges) of the degree-bounded client graph, add/remove"
+
+
+def dp_mode(p: OPFGLParams, protocol: str) -> str:
+    """The effective noise placement; distributed noise under `plain` is refused (the server would
+    see every upload with only 1/K of the variance)."""
+    if p.dp_mode == "auto":
+        return "central" if protocol == "plain" else "distributed"
+    if p.dp_mode == "distributed" and protocol == "plain":
+        raise ValueError("opfgl: dp_mode=distributed needs a secure protocol (ckks, bfv, crypten); under plain the "
+                         "server sees each upload with 1/K of the noise variance. Use dp_mode=central or auto")
+    return p.dp_mode
+
+
+def calibrate(p: OPFGLParams) -> ClassStatsRelease:
+    """The Gaussian release for (dp_epsilon, dp_delta), clip B and the influence of one node."""
+    influence = 1 if p.hops == 0 else influence_count(p.dp_degree, p.hops + 1)
+    return ClassStatsRelease.for_epsilon(p.dp_epsilon, p.dp_delta, p.dp_clip, influence)
+
+
+def client_sums(data: Data, num_classes: int, p: OPFGLParams, seed: int) -> dict[str, torch.Tensor]:
+    """One client's clipped sums over its labelled nodes: {"n": [C], "S1", "S2": [C, (hops+1)f]}, float64."""
+    edges = data.edge_index if p.hops == 0 else bound_degree(data.edge_index, data.num_nodes, p.dp_degree, seed)
+    xp = propagate_features(data.x, edges, p.hops)
+    train = data.train_mask
+    return class_sums(xp[train], data.y[train], num_classes, p.dp_clip)
+
+
+def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: int, protocol=None
+            ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], StatsReleaseReport]:
+    """Clip, noise and securely sum every client's statistics once. Returns the counts and sums in
+    pooled_statistics' format ({"n", "b", "n_orig"} int64 [C]; {"S1", "S2"} float64) and the report."""
+    mode = dp_mode(p, fed.protocol.name)
+    mech = calibrate(p)
+    source = NoiseSource(seed)
+    uploads = [client_sums(c, num_classes, p, seed) for c in clients]
+    if mode == "distributed":
+        share = 1.0 / len(clients)
+        noised = []
+        for u in uploads:
+            noise = mech.noise({b: u[b].shape for b in BLOCKS}, source, share)
+            noised.append({b: u[b] + noise[b] for b in BLOCKS})
+        uploads = noised
+    total = fed.aggregate(0, "class_stats", uploads, protocol=protocol)
+    if mode == "central":
+        total = mech.release(total, source)
+    n = total["n"]  # pooled_statistics rounds it to an integer >= 0
+    counts = {"n": n, "b": torch.full_like(n, len(clients)), "n_orig": n}
+    details = {"degree_bound": p.dp_degree if p.hops else None, "hops": p.hops, "seed": seed,
+               "members": "labelled nodes only (HRE pseudo-labels are outside the bound)",
+               "min_count": "not applied (every client sends every class; m_c = K)",
+               "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal"}
+    return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
+                                                                              UNIT, details)
