@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 
-from privfgl.metrics import aggregate_metrics, client_metrics, public
+from privfgl.metrics import accuracy, confusion_by_client, macro_f1, weighted_mean
 
 
 class RoundTracker:
@@ -23,28 +23,48 @@ class RoundTracker:
     def __init__(self, clients: list[Data], num_classes: int):
         self.clients = clients
         self.num_classes = num_classes
-        self.weights = [float(c.num_nodes) for c in clients]
-        self.majority = []
+        self.num_clients = len(clients)
+        self.weights = torch.tensor([float(c.num_nodes) for c in clients])
+        self.client = torch.cat([torch.full((c.num_nodes,), k) for k, c in enumerate(clients)])
+        self.y = torch.cat([c.y for c in clients])
+        self.val_mask = torch.cat([c.val_mask for c in clients])
+        self.test_mask = torch.cat([c.test_mask for c in clients])
+        # majority training class per client (-1 without training nodes: all its test nodes are minority)
+        majority = []
         for c in clients:
             counts = torch.bincount(c.y[c.train_mask], minlength=num_classes)
-            self.majority.append(int(counts.argmax()) if int(counts.sum()) else None)
+            majority.append(int(counts.argmax()) if int(counts.sum()) else -1)
+        self.minority_mask = self.test_mask & (self.y != torch.tensor(majority)[self.client])
         self.history: list[dict] = []
         self.best: dict | None = None
 
+    def _confusion(self, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return confusion_by_client(pred[mask], self.y[mask], self.client[mask], self.num_clients, self.num_classes)
+
     def evaluate(self, round: int, logits: list[torch.Tensor], stage: str = "train") -> dict:
-        """Metrics of this round; updates the best round (ties keep the earlier round)."""
-        val, test = [], []
-        for c, out, maj in zip(self.clients, logits, self.majority):
-            val.append(client_metrics(out, c.y, c.val_mask, self.num_classes))
-            test.append(client_metrics(out, c.y, c.test_mask, self.num_classes, maj if maj is not None else -1))
-        v, t = aggregate_metrics(val, self.weights), aggregate_metrics(test, self.weights)
-        micro = sum(m["correct"] for m in test) / max(t["n"], 1)
-        entry = {"round": round, "stage": stage, "val_acc": v["acc"], "test_acc": t["acc"], "test_acc_micro": micro,
-                 "test_f1_macro": t["f1_macro"], "test_f1_macro_micro": t["f1_macro_micro"],
-                 "minority_acc": t.get("minority_acc"),
-                 "per_client": [{"client": k, "n_nodes": int(c.num_nodes), "n_val": vm["n"], "n_test": tm["n"],
-                                 "val_acc": vm["acc"], **{f"test_{x}": y for x, y in public(tm).items() if x != "n"}}
-                                for k, (c, vm, tm) in enumerate(zip(self.clients, val, test))]}
+        """Metrics of this round from every client's logits [n_k, C] on its own nodes; updates the
+        best round (ties keep the earlier round)."""
+        pred = torch.cat([out.argmax(-1) for out in logits])
+        val, test = self._confusion(pred, self.val_mask), self._confusion(pred, self.test_mask)
+        val_acc, test_acc, test_f1 = accuracy(val), accuracy(test), macro_f1(test)
+        n_val, n_test = val.sum((1, 2)), test.sum((1, 2))
+        test_correct = test.diagonal(dim1=1, dim2=2).sum(1)
+        minority = self.minority_mask
+        n_minority = torch.bincount(self.client[minority], minlength=self.num_clients)
+        minority_correct = torch.bincount(self.client[minority], weights=(pred[minority] == self.y[minority]).double(),
+                                          minlength=self.num_clients).long()
+        pooled = test.sum(0)
+        entry = {"round": round, "stage": stage,
+                 "val_acc": weighted_mean(val_acc, self.weights), "test_acc": weighted_mean(test_acc, self.weights),
+                 "test_acc_micro": float(accuracy(pooled)),
+                 "test_f1_macro": weighted_mean(test_f1, self.weights), "test_f1_macro_micro": float(macro_f1(pooled)),
+                 "minority_acc": float(minority_correct.sum()) / float(n_minority.sum()) if int(n_minority.sum()) else None,
+                 "per_client": [{"client": k, "n_nodes": int(c.num_nodes), "n_val": int(n_val[k]),
+                                 "n_test": int(n_test[k]), "val_acc": float(val_acc[k]),
+                                 "test_acc": float(test_acc[k]), "test_f1_macro": float(test_f1[k]),
+                                 "test_correct": int(test_correct[k]), "test_n_minority": int(n_minority[k]),
+                                 "test_minority_correct": int(minority_correct[k])}
+                                for k, c in enumerate(self.clients)]}
         self.history.append(entry)
         if self.best is None or entry["val_acc"] > self.best["val_acc"]:
             self.best = entry

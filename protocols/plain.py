@@ -44,10 +44,8 @@ class PlainProtocol(Protocol):
             total = float64_sum(values)
             bound = recursive_sum_bound(values)
         t1 = time.perf_counter()
-        view = [
-            {"party": k, "kind": "plaintext", "tensor": x.clone(), "bytes": tensor_bytes(x)}
-            for k, x in enumerate(values)
-        ]
+        # `aggregate` adds each client's tensor as it was sent (one copy, not two).
+        view = [{"party": k, "kind": "plaintext", "bytes": tensor_bytes(x)} for k, x in enumerate(values)]
         view.append({"party": "reveal", "kind": "aggregate", "tensor": total.clone(), "bytes": 0})
         return AggregationResult(
             total=total,

@@ -3,36 +3,59 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import f1_score
+from torch_geometric.data import Data
 
-from privfgl.metrics import aggregate_metrics, client_metrics, confusion, macro_f1
+from privfgl.evaluation import RoundTracker
+from privfgl.metrics import accuracy, confusion_by_client, macro_f1, weighted_mean
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 8), st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), min_size=1, max_size=60))
-def test_macro_f1_equals_sklearn_over_all_classes(num_classes, pairs):
-    y = torch.tensor([a % num_classes for a, _ in pairs])
-    pred = torch.tensor([b % num_classes for _, b in pairs])
-    expected = f1_score(y.numpy(), pred.numpy(), labels=list(range(num_classes)), average="macro", zero_division=0)
-    assert abs(macro_f1(confusion(pred, y, num_classes)) - expected) < 1e-9
+@given(st.integers(2, 8), st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.integers(0, 2)),
+                                   min_size=1, max_size=60))
+def test_per_client_macro_f1_and_accuracy_equal_sklearn_over_all_classes(num_classes, triples):
+    y = torch.tensor([a % num_classes for a, _, _ in triples])
+    pred = torch.tensor([b % num_classes for _, b, _ in triples])
+    client = torch.tensor([c for _, _, c in triples])
+    conf = confusion_by_client(pred, y, client, 3, num_classes)
+    for k in range(3):
+        mine = client == k
+        if not bool(mine.any()):
+            assert float(accuracy(conf[k])) == 0.0
+            continue
+        expected = f1_score(y[mine].numpy(), pred[mine].numpy(), labels=list(range(num_classes)), average="macro",
+                            zero_division=0)
+        assert abs(float(macro_f1(conf[k])) - expected) < 1e-9
+        assert abs(float(accuracy(conf[k])) - float((pred[mine] == y[mine]).double().mean())) < 1e-12
 
 
 def test_absent_classes_count_as_zero_f1():
     y = torch.tensor([0, 0, 1, 1])
-    assert macro_f1(confusion(y, y, 2)) == 1.0
-    assert macro_f1(confusion(y, y, 4)) == 0.5  # two of four classes never occur
+    zero = torch.zeros(4, dtype=torch.long)
+    assert float(macro_f1(confusion_by_client(y, y, zero, 1, 2)[0])) == 1.0
+    assert float(macro_f1(confusion_by_client(y, y, zero, 1, 4)[0])) == 0.5  # two of four classes never occur
 
 
-def test_client_metrics_and_minority_accuracy():
-    logits = torch.eye(3)[torch.tensor([0, 0, 1, 2, 2])]
-    y = torch.tensor([0, 1, 1, 2, 0])
-    m = client_metrics(logits, y, torch.ones(5, dtype=torch.bool), 3, majority_class=0)
-    assert m["acc"] == 3 / 5
-    assert (m["n_minority"], m["minority_correct"]) == (3, 2)  # labels 1, 1, 2: two right
+def test_weighted_mean():
+    assert weighted_mean(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 3.0])) == 0.25
+    assert weighted_mean(torch.tensor([1.0]), torch.tensor([0.0])) == 0.0
 
 
-def test_aggregation_is_weighted_and_pooled():
-    a = client_metrics(torch.eye(2)[torch.tensor([0, 0])], torch.tensor([0, 0]), torch.ones(2, dtype=torch.bool), 2)
-    b = client_metrics(torch.eye(2)[torch.tensor([0, 0, 0, 0])], torch.tensor([1, 1, 1, 1]),
-                       torch.ones(4, dtype=torch.bool), 2)
-    assert aggregate_metrics([a, b])["acc"] == 2 / 6
-    assert aggregate_metrics([a, b], weights=[1, 1])["acc"] == 0.5
+def client(y, train, test):
+    n = len(y)
+    mask = lambda idx: torch.isin(torch.arange(n), torch.tensor(idx, dtype=torch.long))
+    return Data(y=torch.tensor(y), train_mask=mask(train), val_mask=mask(test), test_mask=mask(test), num_nodes=n)
+
+
+def test_tracker_weights_clients_by_node_count_and_pools_minority_nodes():
+    a = client([0, 0, 1, 1], train=[0, 1], test=[2, 3])          # majority class 0; test labels 1, 1
+    b = client([2, 2, 2, 2, 2, 2, 0, 1], train=[0, 1, 2], test=[3, 4, 5, 6, 7])  # majority 2
+    tracker = RoundTracker([a, b], num_classes=3)
+    logits_a = torch.eye(3)[torch.tensor([0, 0, 1, 0])]          # test: one right, one wrong
+    logits_b = torch.eye(3)[torch.tensor([2, 2, 2, 2, 2, 2, 0, 2])]  # test: 4 of 5 right
+    e = tracker.evaluate(0, [logits_a, logits_b])
+    assert abs(e["test_acc"] - (4 * 0.5 + 8 * 0.8) / 12) < 1e-12  # weighted by node count
+    assert abs(e["test_acc_micro"] - 5 / 7) < 1e-12               # pooled over test nodes
+    assert abs(e["minority_acc"] - 2 / 4) < 1e-12                 # a: labels 1,1 (1 right); b: labels 0,1 (1 right)
+    assert [c["test_correct"] for c in e["per_client"]] == [1, 4]
+    summary = tracker.summary()
+    assert summary["best_round"] == 0 and summary["per_client"][1]["n_test"] == 5

@@ -26,7 +26,7 @@ def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
 
     def upload(k: int, params: Params, received: Params) -> Params:
         """Client k: pre-weighted upload (sums only; the division happens after the reveal)."""
-        out = {name: p.double() * n_train[k] for name, p in params.items()}
+        out = {name: p.to(torch.float64).mul_(n_train[k]) for name, p in params.items()}
         out["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
         return out
 
@@ -63,7 +63,8 @@ def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params],
         if m.evaluation == "local_model":
             with timer.phase("evaluate"):
                 setup.tracker.evaluate(r, trainers.predict())
-        uploads = [upload(k, trainers.get_params(k), received) for k in range(K)]
+        with timer.phase("client_upload"):
+            uploads = [upload(k, trainers.get_params(k), received) for k in range(K)]
         sums = fed.aggregate(r, "model_update", uploads, sample_rate=sample_rate)
         new_global = update(sums, received)
         with timer.phase("broadcast"):

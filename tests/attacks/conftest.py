@@ -1,10 +1,10 @@
-"""Fixtures for the attack tests: a small synthetic bag-of-words graph and runs on it."""
+"""Fixtures for the attack tests (the shared cases live in attack_cases.py)."""
 from __future__ import annotations
 
 import pytest
-import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
+
+from attack_cases import bag_of_words_graph
 
 
 @pytest.fixture(autouse=True)
@@ -12,37 +12,6 @@ def _partition_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def bag_of_words_graph(num_nodes: int = 150, num_features: int = 300, num_classes: int = 4, words: int = 10,
-                       seed: int = 0) -> Data:
-    """Binary sparse features (each node draws `words` words, mostly from its class's vocabulary),
-    homophilous edges (3 same-class + 1 random neighbour per node). Deterministic per seed."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(num_classes, (num_nodes,), generator=g)
-    vocab = torch.rand(num_classes, num_features, generator=g) ** 4 + 0.01
-    x = torch.zeros(num_nodes, num_features)
-    for i in range(num_nodes):
-        x[i, torch.multinomial(vocab[y[i]], words, generator=g)] = 1.0
-    src, dst = [], []
-    for i in range(num_nodes):
-        same = (y == y[i]).nonzero().view(-1)
-        for j in same[torch.randint(len(same), (3,), generator=g)].tolist() + [int(torch.randint(num_nodes, (1,), generator=g))]:
-            if j != i:
-                src.append(i)
-                dst.append(j)
-    data = Data(x=x, y=y, edge_index=to_undirected(torch.tensor([src, dst])))
-    data.num_classes = num_classes
-    data.name = "bow"
-    return data
-
-
 @pytest.fixture(scope="session")
 def bow_graph() -> Data:
     return bag_of_words_graph()
-
-
-def fedavg_config(**kw):
-    from privfgl.experiment import RunConfig
-    settings = dict(method="fedavg", dataset="bow", partition="louvain", clients=3, rounds=1, local_epochs=1,
-                    optimizer="sgd", dropout=0.0, hidden=32, transcript="all", progress=False)
-    settings.update(kw)
-    return RunConfig(**settings)

@@ -13,7 +13,7 @@ from attacks.base import NoInput
 from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
 
-from conftest import fedavg_config
+from attack_cases import fedavg_config
 
 
 def findings(setup, cfg, *specs):
