@@ -10,7 +10,7 @@ Threat model of the audit (attacks/gradient_inversion.py): local SGD without dro
     python experiments/leakage_vs_epsilon.py                 # → runs/leakage_vs_epsilon.{csv,png}
     python experiments/leakage_vs_epsilon.py --sigmas 0,0.01 --rounds 5   # a quick look
 
-CSV: one row per σ. PNG (zlib writer, no plotting library): x = the runs ordered by falling ε
+CSV: one row per σ. PNG (experiments/png_canvas.py, no plotting library): x = the runs ordered by falling ε
 (left: no DP), y in [0, 1]; blue: test accuracy, red: gradient-inversion per-feature AUC (its
 baseline is 0.5, grey), green: label-inference cosine similarity (its uniform baseline: dashed green).
 """
@@ -20,11 +20,10 @@ import argparse
 import csv
 import math
 import statistics
-import struct
-import zlib
 from pathlib import Path
 
 from attacks import parse_attack, run_attacks
+from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
 
 FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature", "gi_auc", "gi_baseline_auc",
@@ -50,21 +49,9 @@ def one_run(args, sigma: float) -> dict:
             "li_uniform_js": mean("uniform_js", li, "baseline"), "li_uniform_cosine": mean("uniform_cosine", li, "baseline")}
 
 
-def _png(pixels: list[bytearray], width: int, height: int) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    raw = b"".join(b"\x00" + bytes(row) for row in pixels)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
-
-
 def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, margin: int = 30) -> None:
     """Series in [0, 1] against the runs' order (falling ε); see the module docstring for colours."""
-    pixels = [bytearray(b"\xff" * (3 * width)) for _ in range(height)]
-
-    def put(x: int, y: int, colour: tuple[int, int, int]) -> None:
-        if 0 <= x < width and 0 <= y < height:
-            pixels[y][3 * x:3 * x + 3] = bytes(colour)
+    canvas = Canvas(width, height)
 
     def to_xy(i: int, v: float) -> tuple[int, int]:
         span = max(len(rows) - 1, 1)
@@ -72,14 +59,9 @@ def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, marg
 
     def line(points: list[tuple[int, int]], colour, dashed: bool = False) -> None:
         for (x0, y0), (x1, y1) in zip(points, points[1:]):
-            steps = max(abs(x1 - x0), abs(y1 - y0), 1)
-            for s in range(steps + 1):
-                if not dashed or (s // 4) % 2 == 0:
-                    put(round(x0 + (x1 - x0) * s / steps), round(y0 + (y1 - y0) * s / steps), colour)
+            canvas.line(x0, y0, x1, y1, colour, dashed)
         for x, y in points:
-            for dx in range(-2, 3):
-                for dy in range(-2, 3):
-                    put(x + dx, y + dy, colour)
+            canvas.dot(x, y, colour, r=2)
 
     axis = (0, 0, 0)
     line([to_xy(0, 0.0), to_xy(len(rows) - 1, 0.0)], axis)
@@ -92,7 +74,7 @@ def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, marg
     for key, colour, dashed in series:
         pts = [to_xy(i, r[key]) for i, r in enumerate(rows) if r[key] is not None and not math.isnan(r[key])]
         line(pts, colour, dashed)
-    path.write_bytes(_png(pixels, width, height))
+    path.write_bytes(canvas.png())
 
 
 def main() -> None:

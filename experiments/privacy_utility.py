@@ -21,7 +21,7 @@ evaluation (the personalised models after stage 2), reported as both accuracies.
 
 Writes one CSV row per run (test accuracy at the best-validation round, as the record reports it,
 and at the last round) and a PNG (mean last-round test accuracy vs ε, log x axis; one line per
-method and evaluation mode; dashed: the references). The PNG is drawn by a small zlib PNG writer, so no
+method and evaluation mode; dashed: the references). The PNG is drawn by experiments/png_canvas.py (a small zlib PNG writer), so no
 plotting library is needed.
 """
 from __future__ import annotations
@@ -30,11 +30,10 @@ import argparse
 import csv
 import math
 import statistics
-import struct
 import time
-import zlib
 from pathlib import Path
 
+from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
 from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED
 from privfgl.privacy import noise_multiplier_for
@@ -104,51 +103,6 @@ def sweep(args) -> list[dict]:
                 rows.append({**one_run(args, method, evaluation, seed), "target_epsilon": None})
                 print(rows[-1], flush=True)
     return rows
-
-
-# ---- a minimal PNG line plot (RGB, zlib) ----------------------------------------------------------------
-
-_DIGITS = {  # 3x5 glyphs, rows top to bottom
-    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
-    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
-    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010",
-}
-
-
-class Canvas:
-    def __init__(self, w: int, h: int):
-        self.w, self.h = w, h
-        self.px = bytearray(b"\xff" * (w * h * 3))
-
-    def dot(self, x: int, y: int, rgb: tuple[int, int, int], r: int = 0) -> None:
-        for dx in range(-r, r + 1):
-            for dy in range(-r, r + 1):
-                if 0 <= x + dx < self.w and 0 <= y + dy < self.h:
-                    i = ((y + dy) * self.w + x + dx) * 3
-                    self.px[i:i + 3] = bytes(rgb)
-
-    def line(self, x0, y0, x1, y1, rgb, dashed: bool = False, r: int = 0) -> None:
-        n = max(abs(x1 - x0), abs(y1 - y0), 1)
-        for i in range(n + 1):
-            if not dashed or (i // 6) % 2 == 0:
-                self.dot(round(x0 + (x1 - x0) * i / n), round(y0 + (y1 - y0) * i / n), rgb, r)
-
-    def text(self, x: int, y: int, s: str, scale: int = 2) -> None:
-        for j, ch in enumerate(s):
-            glyph = _DIGITS.get(ch)
-            if glyph is None:
-                continue
-            for k, bit in enumerate(glyph):
-                if bit == "1":
-                    for a in range(scale):
-                        for b in range(scale):
-                            self.dot(x + j * 4 * scale + (k % 3) * scale + a, y + (k // 3) * scale + b, (0, 0, 0))
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3]) for y in range(self.h))
-        chunk = lambda tag, data: struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207)]
