@@ -41,6 +41,7 @@ from privfgl.methods.fedomd_cmd import cmd, cmd_layer, global_statistics, hidden
 from privfgl.methods.fedomd_eval import PartyMacroTracker
 from privfgl.methods.fedomd_params import FedOMDParams, resolve_params
 from privfgl.models.ortho_gcn import OrthoGCN, SparseFeatures, normalized_adjacency, ortho_penalty
+from privfgl.privacy.message_dp import guard_denominators
 
 Tensors = dict[str, torch.Tensor]
 SPARSE_BELOW = 0.1  # features with fewer non-zeros than this (bag-of-words) are kept sparse
@@ -232,7 +233,7 @@ def run_fedomd(setup: Setup) -> None:
         if p.beta:
             with timer.phase("client_upload"):
                 up = [c.upload_hidden_sums() for c in clients]
-            gmean, n_total = _server_mean(fed.aggregate(r, "hidden_sums", up))
+            gmean, n_total = _server_mean(guard_denominators(fed.dp, "hidden_sums", fed.aggregate(r, "hidden_sums", up)))
             with timer.phase("broadcast"):
                 gmean = fed.broadcast(r, "global_mean", gmean)
             with timer.phase("client_upload"):
@@ -245,7 +246,7 @@ def run_fedomd(setup: Setup) -> None:
                 c.step(p, gmean, gmom, diagnose=bool(p.trace) and r % p.trace == 0)
         with timer.phase("client_upload"):
             up = [c.upload_model() for c in clients]
-        new_global, _ = _server_mean(fed.aggregate(r, "model_update", up))
+        new_global, _ = _server_mean(guard_denominators(fed.dp, "model_update", fed.aggregate(r, "model_update", up)))
         with timer.phase("broadcast"):
             received = fed.broadcast(r, "global_model", new_global)
         with timer.phase("set_params"):

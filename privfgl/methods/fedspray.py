@@ -44,6 +44,7 @@ from privfgl.methods.fedspray_model import (ENCODER, embed, head, init_encoder, 
                                             initial_proxies, load_encoder, stack_encoder)
 from privfgl.methods.fedspray_params import BACKBONES, FedSprayParams, resolve_params
 from privfgl.models.stacked import BlockGraph, from_stacked, stacked_forward
+from privfgl.privacy.message_dp import guard_denominators
 from privfgl.training import ModelConfig
 
 ENCODER_MESSAGE, PROXY_MESSAGE, BROADCAST_MESSAGE = "encoder_update", "proxy_update", "global_encoder"
@@ -213,8 +214,8 @@ def run_fedspray(setup: Setup) -> None:
             clients.phase2(S_r, logits)
         with timer.phase("client_upload"):
             encoder_up, proxy_up = clients.uploads()
-        encoder_sums = fed.aggregate(r, ENCODER_MESSAGE, encoder_up)
-        proxy_sums = fed.aggregate(r, PROXY_MESSAGE, proxy_up)
+        encoder_sums = guard_denominators(fed.dp, ENCODER_MESSAGE, fed.aggregate(r, ENCODER_MESSAGE, encoder_up))
+        proxy_sums = guard_denominators(fed.dp, PROXY_MESSAGE, fed.aggregate(r, PROXY_MESSAGE, proxy_up))
         with timer.phase("server_update"):
             omega, S = server_update(encoder_sums, proxy_sums, {n: received[n] for n in omega}, received["proxies"])
         with timer.phase("broadcast"):

@@ -8,6 +8,24 @@ gaussian, L1 for laplace — to `clip`, so adding or removing one client changes
                shares carries N(0, (σ·clip)²) — meaningful only under a secure protocol;
 - central:     one draw of noise on the revealed sum, by the server (trusted with the sum).
 Every release is accounted (Gaussian: σ and the clients' sampling rate q; Laplace: ε).
+
+Pre-weighted sums. Methods upload weighted means as sums, {n·W, n} (FedAvg, FedOMD's model_update,
+FedSpray's encoder_update) or {p·s, p} (FedSpray's proxies), and divide after the reveal. The clip
+multiplies a client's whole message by one factor c = min(1, clip/‖(n·W, n)‖), so the client's ratio
+(c·n·W)/(c·n) = W is kept exactly, but its weight in the pooled mean Σ c_k n_k W_k / Σ c_k n_k becomes
+c_k·n_k instead of n_k (a clipped client with a large ‖W‖ counts less). When every client is clipped,
+c_k·n_k = clip/‖(W_k, 1)‖ and the noise of the released ratio is σ/Σ_k 1/‖(W_k, 1)‖ per coordinate
+whatever the clip; raising the clip above the clients' norms only adds noise.
+
+Denominator floor. The noise makes a revealed denominator (the fields in spec.DENOMINATORS: n, the
+proxy weights p, …) small or negative, and the ratio would blow up or flip sign. A method that
+divides revealed sums passes them through `guard_denominators(fed.dp, name, sums)` first: with DP on
+`name`, every denominator field is floored elementwise at the standard deviation of the noise on
+the revealed sum (Gaussian σ·clip, ×√K in local mode; Laplace √2·clip/ε, ×√K in local mode), a
+function of the released value and public constants only, i.e. post-processing, which costs no
+privacy; without DP on `name` the sums pass unchanged. A finite numerator divided by a floored
+denominator is finite (floor > 0). The floor biases a ratio towards 0 only where its true
+denominator is below one noise std, where the unfloored ratio is dominated by noise anyway.
 """
 from __future__ import annotations
 
@@ -16,9 +34,30 @@ import torch
 from privfgl.privacy.accounting import PrivacyAccountant
 from privfgl.privacy.clipping import clip_tensors
 from privfgl.privacy.noise import NoiseSource
-from privfgl.privacy.spec import DPSpec
+from privfgl.privacy.spec import DENOMINATORS, DPSpec
 
 Tensors = dict[str, torch.Tensor]
+
+
+def floor_denominators(total: Tensors, fields, floor: float) -> Tensors:
+    """`total` with each of `fields` (those it has) replaced by max(field, floor), elementwise; the
+    others unchanged. The guard before a division of revealed noisy sums: the result is >= floor > 0
+    (and NaN-free) so a finite numerator divided by it is finite."""
+    if not floor > 0:
+        raise ValueError(f"denominator floor must be > 0, got {floor}")
+    out = dict(total)
+    for name in fields:
+        if name in out:
+            out[name] = torch.nan_to_num(out[name].double(), nan=floor).clamp(min=floor)
+    return out
+
+
+def guard_denominators(dp: "MessageDP | None", name: str, sums: Tensors) -> Tensors:
+    """Revealed sums of message `name`, ready for the server's division: its DENOMINATORS fields
+    floored at `dp.denominator_floor` when `dp` protects `name`, else `sums` unchanged."""
+    if dp is None or not dp.applies_to(name):
+        return sums
+    return floor_denominators(sums, DENOMINATORS.get(name, ()), dp.denominator_floor)
 
 
 class MessageDP:
@@ -45,6 +84,19 @@ class MessageDP:
         share = 1.0 if self.spec.mode == "local" else 1.0 / self.num_clients
         return [self._noised(c, share) for c in clipped]
 
+    @property
+    def sum_noise_std(self) -> float:
+        """The standard deviation of the noise on each coordinate of a revealed sum (K noised uploads
+        in local mode, one draw's worth otherwise)."""
+        m = self.mechanism
+        std = m.std if self.spec.mechanism == "gaussian" else 2 ** 0.5 * m.scale
+        return std * (self.num_clients ** 0.5 if self.spec.mode == "local" else 1.0)
+
+    @property
+    def denominator_floor(self) -> float:
+        """The floor guard_denominators puts under the denominators of a revealed sum: one noise std."""
+        return self.sum_noise_std
+
     def reveal(self, total: Tensors, sample_rate: float = 1.0) -> Tensors:
         """The released sum (noised here in central mode); accounts this release."""
         if self.spec.mechanism == "gaussian":
@@ -59,7 +111,7 @@ class MessageDP:
         noise = {"noise_std": m.std} if self.spec.mechanism == "gaussian" else {"noise_scale": m.scale}
         dp = {**self.spec.as_dict(), "unit": "client (one client's whole message, add/remove)",
               "sensitivity": self.spec.clip, "sensitivity_norm": f"L{self.spec.clip_norm}", **noise,
-              "releases": self.accountant.releases}
+              "denominator_floor": self.denominator_floor, "releases": self.accountant.releases}
         spent = self.accountant.spent()
         return {"dp": dp, "epsilon": spent.pop("epsilon"), "delta": spent.pop("delta"),
                 "accountant": spent.pop("accountant"), **spent}

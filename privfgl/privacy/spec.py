@@ -8,25 +8,48 @@ Grammar (no spaces; keys in any order):
 
 `clip` bounds each client's whole message (all its fields as one vector): L2 for gaussian, L1 for
 laplace, so the sensitivity of the sum to adding or removing one client is `clip`. `on` is a
-message name or an alias of several (MESSAGE_ALIASES); every aggregation of them is a release.
-`seed=os` draws noise from OS entropy; the default seed is the run's seed. `delta` is the δ at
-which ε is reported (default 1e-5; for laplace, the δ' of advanced composition).
+message name or an alias of several (MESSAGE_ALIASES; `all` = every message the run's method
+sends); every aggregation of them is a release. `seed=os` draws noise from OS entropy; the default
+seed is the run's seed. `delta` is the δ at which ε is reported (default 1e-5; for laplace, the δ'
+of advanced composition).
+
+Pre-weighted sums ({n·W, n}, {p·s, p}): the clip scales a client's whole message by one factor
+c = min(1, clip/‖message‖), so its ratio W = (c·n·W)/(c·n) is kept exactly while its weight in the
+pooled ratio becomes c·n instead of n. The fields in DENOMINATORS are what the server divides by;
+message_dp.guard_denominators floors them after the reveal (post-processing; see message_dp.py).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from privfgl.errors import ConfigError
 from privfgl.privacy.accounting import ACCOUNTANTS
 from privfgl.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 
-# Aliases of the aggregated messages DP can protect: `on=ALIAS` protects every message listed.
-# "stats": O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl.py).
-MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_counts")}
 # The aggregated messages each method sends (the valid targets of `on=`).
 METHOD_MESSAGES = {"local": (), "fedavg": ("model_update",), "fedprox": ("model_update",),
-                   "dp-fedavg": ("model_update",), "opfgl": ("class_stats", "class_counts")}
+                   "dp-fedavg": ("model_update",), "opfgl": ("class_stats", "class_counts"),
+                   "fedspray": ("encoder_update", "proxy_update"),
+                   "fedomd": ("hidden_sums", "moment_sums", "model_update")}
+# Aliases of the aggregated messages DP can protect: `on=ALIAS` protects every message listed.
+# "update":  the model, {n·W, n} (FedAvg/FedProx/FedOMD) or DP-FedAvg's delta;
+# "stats":   O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl.py);
+# "encoder": FedSpray's {N·ω per tensor, n = N}; "proxies": FedSpray's {proxy = p_j·s_j, weight = p};
+# "moments": FedOMD's per-round hidden-output statistics, {z_l sums, n} and the central-moment sums;
+# "all":     every message the run's method sends (resolved by check_dp_for_run; parsed alone it
+#            names every message any method sends, each method sending only its own).
+ALL = "all"
+MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_counts"),
+                   "encoder": ("encoder_update",), "proxies": ("proxy_update",),
+                   "moments": ("hidden_sums", "moment_sums"),
+                   ALL: tuple(dict.fromkeys(n for ns in METHOD_MESSAGES.values() for n in ns))}
+# The field(s) of a message that the server divides the others by after the reveal (a weighted mean
+# = Σ n·W / Σ n). message_dp.guard_denominators floors them (post-processing) so that noise cannot make
+# them ≈ 0 or < 0 before the division.
+# (FedOMD's moment_sums are divided by hidden_sums' n; O-pFGL's counts keep their own handling.)
+DENOMINATORS = {"encoder_update": ("n",), "proxy_update": ("weight",), "hidden_sums": ("n",),
+                "model_update": ("n",)}
 MECHANISMS = ("gaussian", "laplace")
 MODES = {"gaussian": ("local", "central", "distributed"), "laplace": ("local", "central")}
 _KEYS = {"gaussian": {"sigma", "clip", "on", "mode", "delta", "accountant", "seed"},
@@ -40,7 +63,8 @@ class DPSpecError(ConfigError):
 
 @dataclass(frozen=True)
 class DPSpec:
-    """A parsed --dp spec. `messages`: the resolved message names; `seed` None with secure=True."""
+    """A parsed --dp spec. `messages`: the resolved message names; `seed` None with secure=True;
+    `unprotected`: set by check_dp_for_run (ε covers the protected messages only)."""
     text: str
     mechanism: str
     messages: tuple[str, ...]
@@ -52,6 +76,7 @@ class DPSpec:
     accountant: str = "rdp"
     seed: int | None = None
     secure: bool = False
+    unprotected: tuple[str, ...] = ()  # messages the run's method sends that this spec leaves without DP
 
     def build(self) -> GaussianMechanism | LaplaceMechanism:
         """The calibrated mechanism: sensitivity = clip (one client's message, add/remove)."""
@@ -100,11 +125,11 @@ def parse_dp_spec(text: str, run_seed: int = 0) -> DPSpec:
         what = {"clip": "clip (the clipping bound that sets the sensitivity)", "on": "on (the message to protect)",
                 "mode": f"mode ({', '.join(MODES[mech])})"}
         raise DPSpecError(f"--dp {text!r}: missing {', '.join(what.get(k, k) for k in missing)}")
-    names = {n for ns in MESSAGE_ALIASES.values() for n in ns}
+    names = set(MESSAGE_ALIASES[ALL])
     messages = MESSAGE_ALIASES.get(values["on"], (values["on"],))
-    known = sorted(set(MESSAGE_ALIASES) | names)
     if not set(messages) <= names:
-        raise DPSpecError(f"--dp {text!r}: unknown message {values['on']!r}; valid: {', '.join(known)}")
+        raise DPSpecError(f"--dp {text!r}: unknown message {values['on']!r}; valid: aliases "
+                          f"{', '.join(MESSAGE_ALIASES)} or messages {', '.join(sorted(names))}")
     mode = values["mode"].lower()
     if mode not in MODES[mech]:
         why = " (Laplace noise is not split into per-client shares; use gaussian)" \
@@ -128,10 +153,20 @@ def parse_dp_spec(text: str, run_seed: int = 0) -> DPSpec:
                   delta=delta, accountant=accountant, seed=seed, secure=secure)
 
 
+def valid_targets(method: str) -> tuple[str, ...]:
+    """The `on=` values that fit `method`: the aliases whose messages it all sends, then its message names."""
+    sends = set(METHOD_MESSAGES.get(method, ()))
+    if not sends:
+        return ()
+    aliases = [a for a, ns in MESSAGE_ALIASES.items() if a == ALL or set(ns) <= sends]
+    return (*aliases, *METHOD_MESSAGES[method])
+
+
 def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int = 0) -> DPSpec | None:
     """Parse a run's --dp (None: no message DP) and check it fits the run: the target messages are
-    ones `method` sends, distributed noise has a secure protocol, dp-fedavg has Gaussian noise on
-    its update, and dp-sgd (configured by its own method params) has no --dp."""
+    ones `method` sends (`on=all`: all of them), distributed noise has a secure protocol, dp-fedavg
+    has Gaussian noise on its update, and dp-sgd (configured by its own method params) has no --dp.
+    The returned spec lists in `unprotected` the method's messages it leaves without DP."""
     if method == "dp-sgd":
         if text is not None:
             raise DPSpecError("--dp does not apply to dp-sgd: its noise is set by --method-param sigma=,clip=,degree=")
@@ -145,9 +180,12 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
     if not sends:
         raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message --dp can protect "
                           f"(methods that do: {', '.join(m for m, s in METHOD_MESSAGES.items() if s)})")
+    if spec.messages == MESSAGE_ALIASES[ALL]:
+        spec = replace(spec, messages=sends)
     if not set(spec.messages) <= set(sends):
         raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message {'/'.join(spec.messages)!r}; "
-                          f"it sends {', '.join(sends)}")
+                          f"valid for {method}: on={'|'.join(valid_targets(method))}")
+    spec = replace(spec, unprotected=tuple(m for m in sends if m not in spec.messages))
     if method == "dp-fedavg" and spec.mechanism != "gaussian":
         raise DPSpecError(f"--dp {text!r}: dp-fedavg uses the Gaussian mechanism (gaussian:sigma=..,clip=..)")
     if spec.mode == "distributed" and protocol == "plain":
