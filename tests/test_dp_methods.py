@@ -11,7 +11,7 @@ import torch
 import protocols
 from privfgl.data import contextual_sbm, load_dataset
 from privfgl.experiment import ConfigError, RunConfig, run
-from privfgl.federation import SERVER, Federation, Transcript
+from privfgl.federation import SERVER, Federation, Transcript, client_name
 from privfgl.methods.fedomd import _server_mean
 from privfgl.methods.fedomd_cmd import global_statistics
 from privfgl.methods.fedspray import server_update
@@ -260,3 +260,19 @@ def test_fedomd_with_distributed_noise_under_crypten_finishes(sbm_fedomd):
     priv = record["privacy"]
     assert finite_metrics(record) and priv["dp"]["releases"] == 3 * 2
     assert priv["epsilon"] == gaussian_epsilon([(SIGMA, 1.0, 6)], 1e-5)
+
+
+def test_fedavg_with_clipped_updates_divides_by_the_clipped_count_not_by_one(sbm_fedomd):
+    """FedAvg under --dp on=update with a small clip: Σ c_k·n_k is far below 1, and the new global model
+    is still the c_k·n_k-weighted mean of the clients' models (noise ≈ 0 here), not that mean times Σ c_k·n_k."""
+    cfg = RunConfig(method="fedavg", dataset="sbm", partition="louvain", clients=3, rounds=1, seed=0,
+                    dp=dp("update", sigma=1e-9, clip=0.01), progress=False, transcript="all")
+    _, setup = run(cfg, data=sbm_fedomd)
+    transcript = setup.federation.transcript
+    clipped = transcript.view(SERVER, name="model_update", round=0)
+    n = sum(float(m.tensors["n"]) for m in clipped)
+    assert n < 0.1
+    new_global = transcript.view(client_name(0), name="global_model", round=0)[-1].tensors
+    for name, w in new_global.items():
+        pooled = sum(m.tensors[name].double() for m in clipped) / n
+        assert torch.allclose(w.double(), pooled, rtol=1e-4, atol=1e-6), name

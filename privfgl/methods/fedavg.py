@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from privfgl.methods.base import Setup
+from privfgl.privacy.message_dp import guard_denominators
 from privfgl.training import Params, init_params, make_trainers
 
 
@@ -31,8 +32,15 @@ def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
         return out
 
     def update(sums: Params, received: Params) -> Params:
-        """Server: the weighted mean from the revealed sums."""
-        total = sums.pop("n").clamp(min=1.0)
+        """Server: the weighted mean from the revealed sums. Under --dp on the update the revealed n is
+        Σ c_k·n_k + noise (c_k: client k's clip factor, often ≪ 1): floored at one noise std, never at 1
+        (a floor of 1 would shrink the model towards 0 whenever Σ c_k·n_k < 1)."""
+        dp = setup.federation.dp
+        sums = guard_denominators(dp, "model_update", sums)
+        if dp is not None and dp.applies_to("model_update"):
+            total = sums.pop("n")
+        else:
+            total = sums.pop("n").clamp(min=1.0)  # exact counts: >= 1 unless no client has a training node
         return {name: (s / total).to(received[name].dtype) for name, s in sums.items()}
 
     run_rounds(setup, "fedprox" if prox_mu else "fedavg", upload, update, prox_mu=prox_mu)
