@@ -203,12 +203,19 @@ def test_random_split_gives_every_client_a_training_node_and_the_stratified_defa
                                          ({"cmd_scale": "minmax"}, "cmd_scale"), ({"cmd_norm": "l1"}, "cmd_norm"),
                                          ({"cmd_bound": 0}, "cmd_bound"), ({"stats_mode": "test"}, "stats_mode"),
                                          ({"dropout": 1.0}, "dropout"), ({"stats_nodes": "some"}, "stats_nodes"),
-                                         ({"oni_init_first": "maybe"}, "oni_init_first"), ({"lr": "fast"}, "lr")])
+                                         ({"oni_init_first": "maybe"}, "oni_init_first"), ({"lr": "fast"}, "lr"),
+                                         ({"select": "test_acc"}, "select")])
 def test_bad_method_params_name_the_key_and_the_valid_values(params, key):
     with pytest.raises(ValueError, match=rf"fedomd: invalid method param {key}=.*valid: "):
         resolve_params(params)
     with pytest.raises(ValueError, match="unknown method param.*valid: alpha"):
         resolve_params({"gamma": 1})
+
+
+def test_model_selection_names_its_valid_criteria():
+    assert resolve_params({}).select == "val_acc" and resolve_params({"select": "val_loss"}).select == "val_loss"
+    with pytest.raises(ValueError, match=r"invalid method param select='val_f1'; valid: val_acc, val_loss"):
+        resolve_params({"select": "val_f1"})
 
 
 def test_bad_setups_are_refused_clearly(sbm):
@@ -261,16 +268,48 @@ def test_crypten_gets_32_fractional_bits_unless_the_user_sets_them():
     assert effective_protocol_params(fedomd_config(protocol="ckks")) == {}
 
 
-def test_metrics_are_the_macro_average_over_parties_at_the_lowest_pooled_validation_loss(runs):
+def test_metrics_are_the_macro_average_over_parties_at_the_highest_macro_validation_accuracy(runs):
     m = runs["plain"][0]["metrics"]
     assert m["test_acc"] == pytest.approx(sum(c["test_acc"] for c in m["per_client"]) / 3)
-    best = min(m["curve"], key=lambda e: e["val_loss"])
+    assert m["val_acc"] == pytest.approx(sum(c["val_acc"] for c in m["per_client"]) / 3)
+    best = max(m["curve"], key=lambda e: (e["val_acc"], -e["val_loss"], -e["round"]))  # ties: lower val loss
     assert m["best_round"] == best["round"] and m["val_loss"] == best["val_loss"]
+    assert m["selected_by"] == "val_acc" and m["selection"].startswith("max macro val_acc")
     assert m["rounds_run"] == 3 and "test_acc_micro" in m and "test_acc_weighted" in m
 
 
-def test_early_stopping_after_patience_rounds_without_a_lower_validation_loss(sbm):
-    record, _ = run(fedomd_config(rounds=60, transcript="none", method_params={"patience": 2, "lr": 0.5}), data=sbm)
+def test_select_val_loss_takes_the_round_with_the_lowest_pooled_validation_loss(sbm):
+    record, _ = run(fedomd_config(rounds=8, transcript="none", method_params={"patience": 0, "select": "val_loss"}),
+                    data=sbm)
+    m = record["metrics"]
+    best = min(m["curve"], key=lambda e: (e["val_loss"], e["round"]))
+    assert m["best_round"] == best["round"] and m["val_loss"] == best["val_loss"] and m["selected_by"] == "val_loss"
+    assert m["test_acc"] == pytest.approx(sum(c["test_acc"] for c in m["per_client"]) / 3)
+
+
+def test_the_tracker_prefers_higher_validation_accuracy_then_lower_validation_loss(sbm):
+    from privfgl.methods.fedomd_eval import PartyMacroTracker
+    clients = [sbm.subgraph(torch.arange(0, 150)), sbm.subgraph(torch.arange(150, 300))]
+    split_clients(clients, 0.1, 0.4, 0.4, seed=0, mode="random")
+    good = [torch.nn.functional.one_hot(c.y, 3).float() for c in clients]  # right on every node
+    def rounds(select):
+        t = PartyMacroTracker(clients, 3, patience=2, select=select)
+        # r0: uniform, r1: right but unsure, r2: right and sure, r3: wrong and sure
+        for r, logits in enumerate(([torch.zeros(c.num_nodes, 3) for c in clients], [0.1 * g for g in good],
+                                    [5.0 * g for g in good], [-5.0 * g for g in good])):
+            t.evaluate(r, logits)
+        return t
+    acc, loss = rounds("val_acc"), rounds("val_loss")
+    assert acc.best["round"] == 2 and acc.best["val_acc"] == 1.0  # r1 and r2 tie on accuracy; r2 has the lower loss
+    assert loss.best["round"] == 2 and not acc.should_stop()
+    with pytest.raises(ValueError, match="unknown model selection 'test_acc'; valid: val_acc, val_loss"):
+        PartyMacroTracker(clients, 3, select="test_acc")
+
+
+@pytest.mark.parametrize("select", ["val_acc", "val_loss"])
+def test_early_stopping_after_patience_rounds_without_a_better_selection_criterion(sbm, select):
+    record, _ = run(fedomd_config(rounds=60, transcript="none", method_params={"patience": 2, "lr": 0.5,
+                                                                               "select": select}), data=sbm)
     m = record["metrics"]
     assert m["stopped_early"] and m["rounds_run"] == m["best_round"] + 3 and m["rounds_run"] < 60
 

@@ -20,8 +20,9 @@ global model. One round (Algorithm 1, communication interval 1):
 Only sums cross to the server, and divisions happen after the reveal: under a secure protocol the
 server sees the pooled statistics and the global model, never one client's. With β = 0 (no CMD,
 the paper's ablation) steps 2-3 are skipped. After every round each client evaluates the global
-model on its own nodes; the run stops after `patience` rounds without a lower pooled validation
-loss, and the record reports the macro average over parties at the best round (fedomd_eval).
+model on its own nodes; the run stops after `patience` rounds without a better validation
+criterion (`select`: the macro validation accuracy by default, or the pooled validation loss), and
+the record reports the macro average over parties at the selected round (fedomd_eval).
 
 Statistics use all nodes of a client's subgraph (n_i = |V_i|; `stats_nodes=train`: its training
 nodes) from the same training-mode forward pass (dropout on) as the loss (spec B5 #5). Dropout
@@ -213,7 +214,7 @@ def run_fedomd(setup: Setup) -> None:
     _check_setup(setup)
     fed, timer, seed, K = setup.federation, setup.federation.timer, setup.method.seed, len(setup.clients)
     device = torch.device(setup.device)
-    setup.tracker = tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience)
+    setup.tracker = tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience, p.select)
 
     torch.manual_seed(seed)
     init = build_model(setup, p)
