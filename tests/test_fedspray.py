@@ -7,7 +7,8 @@ import torch
 from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
-from privfgl.methods.fedspray import server_update
+from privfgl.methods.fedspray import FedSprayClients, server_update
+from privfgl.methods.fedspray_model import embed, head, init_encoder, initial_proxies
 from privfgl.methods.fedspray_params import resolve_params
 
 
@@ -57,10 +58,10 @@ def test_defaults_follow_the_paper_and_preset_code_sets_the_authors_choices():
     assert (p.lambda1, p.lambda2, p.local_epochs, p.lr_gnn, p.lr_encoder, p.lr_proxy, p.proxy_dim) == \
         (5.0, 1.0, 5, 0.003, 0.003, 0.02, 64)
     assert not p.persistent_node_proxies and p.kd_conf_threshold is None and p.proxy_weights == "ratios"
-    assert p.gnn_init == "glorot" and not p.persistent_encoder_optimizer
+    assert p.gnn_init == "glorot" and not p.persistent_encoder_optimizer and p.head_init == "fan_in"
     code = resolve_params({"preset": "code"})
     assert (code.lambda1, code.kd_conf_threshold, code.persistent_node_proxies, code.gnn_init,
-            code.persistent_encoder_optimizer) == (1.0, 0.7, True, "uniform", True)
+            code.persistent_encoder_optimizer, code.head_init) == (1.0, 0.7, True, "uniform", True, "fan_out")
     assert resolve_params({"preset": "code", "lambda1": "2"}).lambda1 == 2.0  # explicit keys win
     assert resolve_params({"kd_conf_threshold": "none"}).kd_conf_threshold is None
 
@@ -68,6 +69,7 @@ def test_defaults_follow_the_paper_and_preset_code_sets_the_authors_choices():
 @pytest.mark.parametrize("params, named", [({"lambda1": -1}, "lambda1"), ({"proxy_weights": "fractions"}, "proxy_weights"),
                                            ({"kd_conf_threshold": 1.5}, "kd_conf_threshold"),
                                            ({"gnn_init": "zeros"}, "gnn_init"), ({"local_epochs": "five"}, "local_epochs"),
+                                           ({"head_init": "xavier"}, "head_init"),
                                            ({"persistent_node_proxies": "maybe"}, "persistent_node_proxies"),
                                            ({"preset": "authors"}, "preset"), ({"lamda1": 5}, "lamda1")])
 def test_bad_method_params_name_the_param_and_what_is_valid(params, named):
@@ -78,6 +80,16 @@ def test_bad_method_params_name_the_param_and_what_is_valid(params, named):
 def test_backbones_other_than_gcn_sage_sgc_are_refused(sbm):
     with pytest.raises(ValueError, match="fedspray: model 'gat' is not supported; valid: gcn, sage, sgc"):
         fedspray(sbm, rounds=1, model="gat")
+
+
+def test_encoder_heads_start_at_torchs_bound_or_at_the_authors_bound():
+    d_s, C = 64, 5
+    torch_like = init_encoder(300, d_s, C, seed=0)
+    code_like = init_encoder(300, d_s, C, seed=0, head_init="fan_out")
+    for omega in (torch_like, code_like):  # g_e: U(±1/√d_s) either way
+        assert omega["embedding.weight"].abs().max() <= d_s ** -0.5
+    for name in ("classifier.weight", "classifier.bias", "projector.weight", "projector.bias"):
+        assert torch_like[name].abs().max() <= d_s ** -0.5 < code_like[name].abs().max() <= C ** -0.5
 
 
 # ---- the server's arithmetic --------------------------------------------------------------------
@@ -146,6 +158,87 @@ def test_a_clients_uploads_depend_only_on_its_own_data(sbm):
         assert not all(torch.equal(a[1].tensors[f], b[1].tensors[f]) for f in a[1].tensors)  # client 1
 
 
+def local_clients(setup, **params):
+    """Fresh FedSpray clients on a finished run's partition, with ω_0 and S_0."""
+    p = resolve_params(params)
+    omega = init_encoder(setup.num_features, p.proxy_dim, setup.num_classes, seed=0, head_init=p.head_init)
+    return FedSprayClients(setup, p, omega, torch.device("cpu")), omega, initial_proxies(setup.num_classes, p.proxy_dim)
+
+
+def test_phase1_distils_on_every_node_by_default_and_on_labelled_plus_confident_nodes_with_a_threshold(sbm):
+    _, setup = fedspray(sbm, rounds=1)
+    clients, _, _ = local_clients(setup)
+    q = torch.rand(clients.graph.num_nodes, setup.num_classes).softmax(-1)
+    every = clients._kd_weights(q)  # Eq. 6: mean over all of V^(k)
+    assert (every > 0).all()
+    assert torch.allclose(torch.bincount(clients.graph.client_of, weights=every).float(), torch.ones(clients.K), atol=1e-4)
+    q_conf = q.clone()
+    confident = torch.zeros(clients.graph.num_nodes, dtype=torch.bool)
+    confident[::3] = True
+    q_conf[confident] = torch.nn.functional.one_hot(torch.zeros(int(confident.sum()), dtype=torch.long),
+                                                    setup.num_classes).float()
+    clients.p = resolve_params({"kd_conf_threshold": 0.7})
+    some = clients._kd_weights(q_conf)  # the code: labelled nodes plus unlabelled ones with max q > 0.7
+    assert torch.equal(some > 0, clients.train | confident)
+    assert torch.allclose(torch.bincount(clients.graph.client_of, weights=some).float(), torch.ones(clients.K), atol=1e-4)
+
+
+def reference_phase2(clients, S, gnn_logits):
+    """Phase 2 written out over every node of the block graph (Eqs. 11-13), losses on V_L."""
+    target = gnn_logits[clients.L].log_softmax(-1)
+    with torch.no_grad():
+        clients.node_proxy.copy_(S[clients.yL])
+    clients.opt_omega = torch.optim.Adam(clients.omega.values(), lr=clients.p.lr_encoder)
+    for _ in range(clients.p.local_epochs):
+        clients.opt_omega.zero_grad()
+        clients.opt_proxy.zero_grad()
+        e = embed(clients.omega, clients.graph)
+        q_logits = head(clients.omega, "projector", e, clients.graph)[clients.L]
+        s = torch.zeros_like(e).index_put((clients.L,), clients.node_proxy)
+        p_logp = head(clients.omega, "classifier", e + s, clients.graph)[clients.L].log_softmax(-1)
+        kl = (target.exp() * (target - p_logp)).sum(-1)
+        loss = ((torch.nn.functional.cross_entropy(q_logits, clients.yL, reduction="none") + kl) * clients.ce_w).sum()
+        loss.backward()
+        clients.opt_omega.step()
+        clients.opt_proxy.step()
+
+
+@pytest.mark.parametrize("features", ["dense", "sparse"])
+def test_phase2_trains_the_encoder_and_proxies_on_the_labelled_nodes_as_written_over_the_whole_graph(sbm, features):
+    data = sbm.clone()
+    if features == "sparse":  # bag-of-words-like input: the other input_linear path
+        data.x = (sbm.x > 1.5).float()
+    _, setup = fedspray(data, rounds=1)
+    fast, omega, S = local_clients(setup)
+    ref, _, _ = local_clients(setup)
+    for c in (fast, ref):
+        c.phase1(omega, S)
+    logits = fast.predict()
+    assert torch.equal(logits, ref.predict())
+    fast.phase2(S, logits)
+    reference_phase2(ref, S, logits)
+    for name in fast.omega:
+        assert torch.allclose(fast.omega[name], ref.omega[name], atol=1e-5), name
+    assert torch.allclose(fast.node_proxy, ref.node_proxy, atol=1e-5)
+    assert not torch.allclose(fast.omega["classifier.bias"], omega["classifier.bias"].expand_as(
+        fast.omega["classifier.bias"]))  # it did train
+
+
+def test_labelled_proxies_restart_from_the_global_proxies_each_round_unless_they_persist(sbm):
+    _, setup = fedspray(sbm, rounds=1)
+    results = {}
+    for persistent in (False, True):
+        for start in (0.1, 3.0):  # what the node proxies held after the previous round
+            clients, omega, S = local_clients(setup, persistent_node_proxies=persistent)
+            with torch.no_grad():
+                clients.node_proxy.fill_(start)
+            clients.phase1(omega, S)
+            clients.phase2(S, clients.predict())
+            results[persistent, start] = clients.local_proxies()
+    assert torch.equal(results[False, 0.1], results[False, 3.0])  # paper: s_i = S_{r-1}[y_i] (Alg. 1 line 4)
+    assert not torch.allclose(results[True, 0.1], results[True, 3.0])  # code: each node keeps its own
+
+
 @pytest.mark.parametrize("model", ["sage", "sgc"])
 def test_sage_and_sgc_backbones_train(sbm, model):
     record, setup = fedspray(sbm, rounds=5, model=model, lr_gnn=0.03)
@@ -200,3 +293,23 @@ def test_label_inference_reads_the_exact_distribution_under_plain_and_only_the_s
     assert all("js" in secure[f"aggregate:client{k}"] for k in range(5))
     # the aggregate is the clients' summed fractions: not any one client's distribution
     assert max(secure[f"aggregate:client{k}"]["js"] for k in range(5)) > 0.01
+
+
+# ---- the reproduction script ----------------------------------------------------------------------
+def test_reproduction_script_adds_extra_settings_to_fedspray_variants_only():
+    import argparse
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "reproduce_fedspray.py"
+    spec = importlib.util.spec_from_file_location("reproduce_fedspray", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = argparse.Namespace(partition="louvain+", clients=10, rounds=100, data_root=None, model="gcn",
+                              method_param=["lambda1=2"])
+    code = script.config("fedspray-code", "cora", 3, "plain", args)
+    assert code.method_params == {"preset": "code", "lambda1": "2"} and code.seed == 3 and code.split == (0.4, 0.3, 0.3)
+    assert script.variant_name("fedspray-code", args) == "fedspray-code [lambda1=2]"
+    fedavg = script.config("fedavg", "cora", 3, "plain", args)
+    assert not fedavg.method_params and script.variant_name("fedavg", args) == "fedavg"
+    standin = script.config("fedspray", "sbm-physics", 0, "plain", args)
+    assert (standin.partition, standin.clients) == ("louvain", 12)  # the paper's client count for Physics

@@ -16,7 +16,8 @@ Phase 1 (GNN): e = g_e(x), q = softmax(g_p(e)); s_i = S_{r-1}[y_i] for labelled 
 Phase 2 (encoder, proxies): ŷ from the updated GNN, once, detached; ω^(k) = ω_{r-1}; labelled
   proxies s_i = S_{r-1}[y_i] (paper; kept under `persistent_node_proxies`); E Adam steps on
   L_F = mean_{V_L} CE(y, q) + λ2 · mean_{V_L} KL(ŷ || softmax(g_c(e + s_i)))       (Eqs. 11-13)
-  on ω^(k) and the s_i; local proxies s_j^(k) = mean of s_i over labelled class-j nodes (0 if none).
+  on ω^(k) and the s_i (g_e, g_c, g_p act row by row and L_F reads labelled rows only, so the
+  forward passes run on V_L alone); local proxies s_j^(k) = mean of s_i over labelled class-j nodes (0 if none).
 Upload through `Federation.aggregate` (pre-weighted sums; divisions after the reveal):
   "encoder_update": {N^(k)·ω^(k) per tensor, n = N^(k)}      (N^(k): training nodes, spec A5 #6)
   "proxy_update":   {proxy = p_j^(k)·s_j^(k) [C, d_s], weight = p^(k) [C]}
@@ -68,6 +69,11 @@ class FedSprayClients:
     def __init__(self, setup: Setup, p: FedSprayParams, omega: dict, device: torch.device):
         self.p, self.K, self.C = p, len(setup.clients), setup.num_classes
         self.graph = g = BlockGraph([c.x for c in setup.clients], [c.edge_index for c in setup.clients], device)
+        # Phase 2's losses read labelled rows only, and g_e, g_c, g_p act row by row: its forward
+        # passes run on the labelled nodes alone (no edges; same per-client weights), which is
+        # Phase 2 as written (up to float rounding), at |V_L|/|V| of the cost (the first layer dominates).
+        self.graph_L = BlockGraph([c.x[c.train_mask] for c in setup.clients],
+                                  [torch.zeros(2, 0, dtype=torch.long) for _ in setup.clients], device)
         self.arch, self.layers = setup.model.model, setup.model.layers
         self.y = torch.cat([c.y for c in setup.clients]).to(device)
         self.train = torch.cat([c.train_mask for c in setup.clients]).to(device)
@@ -136,10 +142,9 @@ class FedSprayClients:
         for _ in range(p.local_epochs):
             self.opt_omega.zero_grad()
             self.opt_proxy.zero_grad()
-            e = embed(self.omega, self.graph)
-            q_logits = head(self.omega, "projector", e, self.graph)[self.L]
-            h = e.index_put((self.L,), e[self.L] + self.node_proxy)  # only labelled rows are used below
-            p_logp = head(self.omega, "classifier", h, self.graph)[self.L].log_softmax(-1)
+            e = embed(self.omega, self.graph_L)                      # labelled rows, in self.L's order
+            q_logits = head(self.omega, "projector", e, self.graph_L)
+            p_logp = head(self.omega, "classifier", e + self.node_proxy, self.graph_L).log_softmax(-1)
             loss = (F.cross_entropy(q_logits, self.yL, reduction="none") * self.ce_w).sum()
             if p.lambda2:
                 loss = loss + p.lambda2 * (_kl(target, p_logp) * self.ce_w).sum()
@@ -195,7 +200,7 @@ def run_fedspray(setup: Setup) -> None:
     device = torch.device(setup.device)
     if p.selection == "val_loss":
         setup.tracker.select = "val_loss"
-    omega = init_encoder(setup.num_features, p.proxy_dim, setup.num_classes, seed=m.seed)
+    omega = init_encoder(setup.num_features, p.proxy_dim, setup.num_classes, seed=m.seed, head_init=p.head_init)
     S = initial_proxies(setup.num_classes, p.proxy_dim)
     with timer.phase("setup"):
         clients = FedSprayClients(setup, p, omega, device)

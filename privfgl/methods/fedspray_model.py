@@ -40,16 +40,19 @@ def init_gnn(cfg: ModelConfig, in_dim: int, num_classes: int, num_clients: int, 
 
 
 # ---- the feature-structure encoder ----------------------------------------------------------------
-def init_encoder(in_dim: int, proxy_dim: int, num_classes: int, seed: int) -> Params:
-    """ω_0 in PyG/torch Linear layout ([out, in] weights): every weight and bias U(±1/√d_s)
-    (the authors' code for g_e; torch's Linear default for g_c and g_p, whose fan-in is d_s)."""
+def init_encoder(in_dim: int, proxy_dim: int, num_classes: int, seed: int, head_init: str = "fan_in") -> Params:
+    """ω_0 in PyG/torch Linear layout ([out, in] weights), every weight and bias uniform: g_e
+    U(±1/√d_s) (the authors' code); g_c and g_p U(±1/√d_s) with head_init "fan_in" (torch's Linear
+    default, fan-in d_s; the paper states none) or U(±1/√d_c) with "fan_out" (the authors' MLPLayer,
+    whose bound is 1/√(output size))."""
     g = torch.Generator().manual_seed(seed)
-    bound = 1.0 / math.sqrt(proxy_dim)
+    head_bound = 1.0 / math.sqrt(num_classes if head_init == "fan_out" else proxy_dim)
     shapes = {"embedding": (proxy_dim, in_dim), "classifier": (num_classes, proxy_dim),
               "projector": (num_classes, proxy_dim)}
     out = {}
     for name in ENCODER:
         o, i = shapes[name]
+        bound = 1.0 / math.sqrt(proxy_dim) if name == "embedding" else head_bound
         out[f"{name}.weight"] = (torch.rand((o, i), generator=g) * 2 - 1) * bound
         out[f"{name}.bias"] = (torch.rand((o,), generator=g) * 2 - 1) * bound
     return out

@@ -15,6 +15,7 @@ Defaults follow the paper where it and the authors' code (`xbfu/FedSpray` d3e591
 | gnn_init                        | glorot (PyG default)   | uniform (U(0, 1))                 |
 | persistent_encoder_optimizer    | false (fresh each round)| true (per-client Adam persists)  |
 | persistent_proxy_optimizer      | true                   | true                              |
+| head_init (g_c, g_p)            | fan_in (not stated; torch) | fan_out (U(±1/√d_c))          |
 
 `preset=code` sets every code choice at once. The number of rounds is the run's `--rounds` (paper 300, code 500, the issue's setting 100).
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from privfgl.methods.params import bad_param, resolve
 
 PROXY_WEIGHTS = ("ratios", "counts")  # Eq. 15: p_j^(k) = n_j^(k) / |V_L^(k)| (paper, code), or n_j^(k)
+HEAD_INITS = ("fan_in", "fan_out")  # g_c/g_p init bound 1/√d_s (torch's Linear) or 1/√d_c (the code's MLPLayer)
 GNN_INITS = ("glorot", "uniform")  # PyG's default initialisation, or the code's uniform_(0, 1)
 SELECTIONS = ("val_loss", "val_acc")  # model selection: pooled validation loss (code), or weighted val acc
 BACKBONES = ("gcn", "sage", "sgc")  # the paper's backbones
@@ -43,6 +45,7 @@ class FedSprayParams:
     dropout: float = 0.0                # GNN dropout (code: none)
     weight_decay: float = 0.0           # GNN weight decay (code: none)
     gnn_init: str = "glorot"            # see GNN_INITS
+    head_init: str = "fan_in"           # see HEAD_INITS
     persistent_node_proxies: bool = False  # code: labelled nodes keep their own proxies across rounds
     node_proxy_init: float = 0.1        # code: initial value of persistent per-node proxies
     kd_conf_threshold: float | None = None  # code 0.7: Phase-1 KD on labelled nodes + unlabelled with max q > it
@@ -56,7 +59,7 @@ class FedSprayParams:
 PRESETS: dict[str, dict] = {
     "paper": {},
     "code": dict(lambda1=1.0, kd_conf_threshold=0.7, persistent_node_proxies=True, gnn_init="uniform",
-                 persistent_encoder_optimizer=True, persistent_proxy_optimizer=True),
+                 persistent_encoder_optimizer=True, persistent_proxy_optimizer=True, head_init="fan_out"),
 }
 
 
@@ -81,6 +84,7 @@ def _check(p: FedSprayParams) -> None:
          "a number in [0, 1] (the code's 0.7), or none for KD on all nodes (the paper)")
     need(p.proxy_weights in PROXY_WEIGHTS, "proxy_weights", ", ".join(PROXY_WEIGHTS))
     need(p.gnn_init in GNN_INITS, "gnn_init", ", ".join(GNN_INITS))
+    need(p.head_init in HEAD_INITS, "head_init", ", ".join(HEAD_INITS))
     need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
 
 
