@@ -8,6 +8,7 @@ import torch
 from attacks.base import Attack, Finding, Knowledge, NoInput
 from attacks.gradient_inversion import GradientInversion
 from attacks.label_inference import LabelInference
+from attacks.method_uploads import for_method
 from attacks.stats_reconstruction import StatsReconstruction
 from attacks.view import adversary_view
 from privfgl.federation import SERVER
@@ -53,6 +54,7 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
     knowledge = public_knowledge(setup, run_config)
     findings = []
     for attack in attacks:
+        attack = for_method(attack, knowledge)  # FedSpray/FedOMD: gradient inversion of their uploads
         for target in attack.targets(view, knowledge, len(setup.clients)):
             aux = attack.declare_aux(setup, knowledge, target)
             start = time.perf_counter()
@@ -68,7 +70,8 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
     return findings
 
 
-HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "cosine", "label_acc"),
+HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "cosine", "label_acc",
+                                    "word_auc", "overrep_auc", "detected_precision"),
              "label-inference": ("js", "cosine"), "stats-reconstruction": ()}
 
 
