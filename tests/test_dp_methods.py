@@ -276,3 +276,18 @@ def test_fedavg_with_clipped_updates_divides_by_the_clipped_count_not_by_one(sbm
     for name, w in new_global.items():
         pooled = sum(m.tensors[name].double() for m in clipped) / n
         assert torch.allclose(w.double(), pooled, rtol=1e-4, atol=1e-6), name
+
+
+def test_fedomd_divides_the_clipped_moment_sums_by_their_own_clipped_count(sbm_fedomd):
+    """moment_sums carries its own n: clipped by its own factor, each client's moments keep their
+    ratio, and the global moments (noise ≈ 0) are a weighted mean of the clients' moments, inside
+    their range. Divided by hidden_sums' differently clipped count they would not be."""
+    _, setup = fedomd(sbm_fedomd, dp("moments", sigma=1e-9, clip=0.01), rounds=1, transcript="all")
+    transcript = setup.federation.transcript
+    uploads = [m.tensors for m in transcript.view(SERVER, name="moment_sums", round=0)]
+    broadcast = transcript.view(client_name(0), name="global_moments", round=0)[0].tensors
+    assert len(uploads) == 3 and all(float(u["n"]) < 1 for u in uploads)  # every client clipped
+    for name, g in broadcast.items():
+        ratios = torch.stack([u[name] / u["n"] for u in uploads])
+        span = (ratios.max(0).values - ratios.min(0).values).abs() + 1e-9
+        assert bool(((g >= ratios.min(0).values - 1e-3 * span) & (g <= ratios.max(0).values + 1e-3 * span)).all()), name

@@ -240,7 +240,8 @@ def test_every_round_has_three_sequential_aggregations_of_sums(runs):
     broadcast = [m for m in setup.federation.transcript.view(client_name(0), "global_mean", 1)][0].tensors
     assert torch.allclose(broadcast["z1"], revealed["z1"] / sum(n))
     moments = [m for m in setup.federation.transcript.view(SERVER, "moment_sums", 1)]
-    assert set(moments[0].tensors) == {f"z{l}_m{j}" for l in (1, 2, 3) for j in range(2, 6)}
+    assert set(moments[0].tensors) == {f"z{l}_m{j}" for l in (1, 2, 3) for j in range(2, 6)} | {"n"}
+    assert [float(m.tensors["n"]) for m in sorted(moments, key=lambda m: m.sender)] == n  # its own count
 
 
 def test_server_sees_each_upload_under_plain_and_only_shares_or_ciphertexts_under_secure(runs):

@@ -7,8 +7,10 @@ global model. One round (Algorithm 1, communication interval 1):
    Z^1..Z^{L-1} [n_i, d_h] and logits;
 2. upload #1 "hidden_sums": {z_l: Σ_m Z^l(m), n: n_i} through the run's protocol; the server divides
    the revealed sums by Σ n_i and broadcasts "global_mean" {z_l: M^l};
-3. upload #2 "moment_sums": {z_l_m_j: Σ_m (Z^l(m) − M^l)^j, j = 2..K} about the revealed global
-   mean; the server divides by Σ n_i and broadcasts "global_moments" {z_l_m_j: S_j^l};
+3. upload #2 "moment_sums": {z_l_m_j: Σ_m (Z^l(m) − M^l)^j, j = 2..K, n: n_i} about the revealed
+   global mean; the server divides by its Σ n_i and broadcasts "global_moments" {z_l_m_j: S_j^l}
+   (the message carries its own count so that, clipped under --dp, it is divided by its own clipped
+   count);
 4. every client takes `local_steps` full-batch steps on CE(train nodes) + α·L_ortho + β·CMD, with
    the global statistics detached and the gradient through its own mean and central moments (CMD
    with squared norms by default, `cmd_norm=l2` for the spec's unsquared form; `cmd_scale` and
@@ -112,7 +114,10 @@ class Client:
         return {**hidden_sums(self._hidden), "n": torch.tensor(float(self.n_stats), dtype=torch.float64)}
 
     def upload_moment_sums(self, global_mean: Tensors, max_order: int) -> Tensors:
-        return moment_sums(self._hidden, global_mean, max_order)
+        """The moment sums with their own count n_i: under --dp each message is clipped by its own
+        factor, so the server must divide these sums by their own (clipped) count, not hidden_sums'."""
+        return {**moment_sums(self._hidden, global_mean, max_order),
+                "n": torch.tensor(float(self.n_stats), dtype=torch.float64)}
 
     def diagnose(self, ce, d, global_mean: Tensors, global_moments: Tensors) -> None:
         """Trace only: gradient norms of CE and β·CMD w.r.t. the parameters, and the (unweighted)
@@ -234,12 +239,12 @@ def run_fedomd(setup: Setup) -> None:
         if p.beta:
             with timer.phase("client_upload"):
                 up = [c.upload_hidden_sums() for c in clients]
-            gmean, n_total = _server_mean(guard_denominators(fed.dp, "hidden_sums", fed.aggregate(r, "hidden_sums", up)))
+            gmean, _ = _server_mean(guard_denominators(fed.dp, "hidden_sums", fed.aggregate(r, "hidden_sums", up)))
             with timer.phase("broadcast"):
                 gmean = fed.broadcast(r, "global_mean", gmean)
             with timer.phase("client_upload"):
                 up = [c.upload_moment_sums(gmean, p.max_order) for c in clients]
-            gmom = global_statistics(fed.aggregate(r, "moment_sums", up), n_total)
+            gmom, _ = _server_mean(guard_denominators(fed.dp, "moment_sums", fed.aggregate(r, "moment_sums", up)))
             with timer.phase("broadcast"):
                 gmom = fed.broadcast(r, "global_moments", gmom)
         with timer.phase("local_train"):

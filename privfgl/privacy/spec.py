@@ -47,9 +47,9 @@ MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_
 # The field(s) of a message that the server divides the others by after the reveal (a weighted mean
 # = Σ n·W / Σ n). message_dp.guard_denominators floors them (post-processing) so that noise cannot make
 # them ≈ 0 or < 0 before the division.
-# (FedOMD's moment_sums are divided by hidden_sums' n; O-pFGL's counts keep their own handling.)
+# (O-pFGL's counts keep their own handling.)
 DENOMINATORS = {"encoder_update": ("n",), "proxy_update": ("weight",), "hidden_sums": ("n",),
-                "model_update": ("n",)}
+                "moment_sums": ("n",), "model_update": ("n",)}
 MECHANISMS = ("gaussian", "laplace")
 MODES = {"gaussian": ("local", "central", "distributed"), "laplace": ("local", "central")}
 _KEYS = {"gaussian": {"sigma", "clip", "on", "mode", "delta", "accountant", "seed"},
