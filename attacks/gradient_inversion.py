@@ -36,7 +36,7 @@ from scipy.optimize import linear_sum_assignment, nnls
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
-from attacks.metrics import feature_metrics, label_accuracy, match_rows
+from attacks.metrics import feature_metrics, label_accuracy, match_rows, matched_sample_baseline, unordered_scores
 from attacks.updates import ObservedUpdate, aggregate_update, client_update
 from attacks.view import AdversaryView
 
@@ -311,24 +311,24 @@ class GradientInversion(Attack):
         x_train, y_train = truth.features[truth.train_idx], truth.labels[truth.train_idx]
         metrics: dict = {"variant": aux.variant, "graph": "known" if aux.graph is not None else "unknown",
                          "nodes": int(truth.train_idx.numel())}
+        prior_label = torch.full_like(y_train, int(k.label_prior.argmax()))
         if rec.aligned:
-            feats = rec.features
-        elif rec.features.shape[0] == 0:
-            feats, idx = torch.zeros_like(x_train), np.zeros(truth.features.shape[0], dtype=int)
-        else:  # an unordered set: each of the client's nodes gets its best-matching row, then training nodes are scored
-            idx = match_rows(rec.features, truth.features)
-            feats = torch.where(torch.from_numpy(idx >= 0)[:, None], rec.features[torch.from_numpy(idx.clip(0))],
-                                torch.zeros(1, truth.features.shape[1]))[truth.train_idx]
+            metrics.update(feature_metrics(rec.features, x_train))
+            if rec.labels is not None:
+                metrics["label_acc"] = label_accuracy(rec.labels, y_train)
+            baseline = {"kind": "feature marginals (prior) for every node; majority prior label",
+                        **feature_metrics(k.feature_prior.float().expand_as(x_train), x_train)}
+        else:  # an unordered set of rows, scored against the target (the training nodes)
             metrics["recovered_rows"] = int(rec.features.shape[0])
-        metrics.update(feature_metrics(feats, x_train))
+            metrics.update(unordered_scores(rec.features, rec.labels, x_train, y_train))
+            if rec.labels is not None and rec.features.shape[0]:  # stricter: rows matched to all the client's nodes
+                idx = torch.from_numpy(match_rows(rec.features, truth.features))[truth.train_idx]
+                metrics["label_acc_all_nodes"] = float(((rec.labels[idx.clamp(min=0)] == y_train) & (idx >= 0)).double().mean())
+            baseline = {"kind": f"{rec.features.shape[0]} rows drawn from the feature marginals, matched to the "
+                                "training nodes as the reconstruction; majority prior label",
+                        **matched_sample_baseline(k.feature_prior, rec.features.shape[0], x_train, seed=aux.seed)}
         if rec.label_counts is not None:
             counts_true = torch.bincount(y_train, minlength=k.num_classes)
             metrics["label_count_error"] = int((rec.label_counts - counts_true).abs().sum())
-        if rec.labels is not None:
-            labels = rec.labels if rec.aligned else rec.labels[torch.from_numpy(idx.clip(0))[truth.train_idx]]
-            metrics["label_acc"] = label_accuracy(labels, y_train)
-        prior = k.feature_prior.float().expand_as(x_train)
-        baseline = {"kind": "feature marginals (prior) for every node; majority prior label",
-                    **feature_metrics(prior, x_train),
-                    "label_acc": label_accuracy(torch.full_like(y_train, int(k.label_prior.argmax())), y_train)}
+        baseline["label_acc"] = label_accuracy(prior_label, y_train)
         return metrics, baseline

@@ -43,7 +43,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gradient_inversion import GradientInversion, assign_labels
-from attacks.metrics import feature_metrics, label_accuracy, match_rows
+from attacks.metrics import label_accuracy, matched_sample_baseline, unordered_scores
 from attacks.updates import aggregate_update, client_update
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
@@ -190,24 +190,17 @@ class FedSprayEncoderInversion(Attack):
         x_train, y_train = x[train_idx], y[train_idx]
         metrics: dict = {"variant": "sign-dictionary", "nodes": int(train_idx.numel()),
                          "recovered_rows": int(rec.features.shape[0])}
-        if rec.features.shape[0]:
-            idx = match_rows(rec.features, x)  # unordered rows: each node its best-matching row
-            feats = torch.where(torch.from_numpy(idx >= 0)[:, None], rec.features[torch.from_numpy(idx.clip(0))],
-                                torch.zeros(1, x.shape[1]))[train_idx]
-        else:
-            idx, feats = np.zeros(x.shape[0], dtype=int), torch.zeros_like(x_train)
-        metrics.update(feature_metrics(feats, x_train))
+        metrics.update(unordered_scores(rec.features, rec.labels, x_train, y_train))  # rows matched to the labelled nodes
         held = (x_train > 0).any(0)
         metrics["word_set_precision"] = float((rec.words & held).sum() / max(int(rec.words.sum()), 1))
         metrics["word_set_recall"] = float((rec.words & held).sum() / max(int(held.sum()), 1))
         if rec.label_counts is not None:
             metrics["label_count_error"] = int((rec.label_counts - torch.bincount(y_train, minlength=k.num_classes)).abs().sum())
-        if rec.labels is not None:
-            metrics["label_acc"] = label_accuracy(rec.labels[torch.from_numpy(idx.clip(0))[train_idx]], y_train)
         prior = k.feature_prior.float()
         top = torch.argsort(-prior)[:max(int(rec.words.sum()), 1)]
-        baseline = {"kind": "feature marginals (prior) for every node; majority prior label; the most common words "
-                            "as the word set", **feature_metrics(prior.expand_as(x_train), x_train),
+        baseline = {"kind": f"{rec.features.shape[0]} rows drawn from the feature marginals, matched to the labelled "
+                            "nodes as the reconstruction; majority prior label; the most common words as the word set",
+                    **matched_sample_baseline(prior, rec.features.shape[0], x_train),
                     "word_set_precision": float(held[top].float().mean()),
                     "label_acc": label_accuracy(torch.full_like(y_train, int(k.label_prior.argmax())), y_train)}
         return metrics, baseline

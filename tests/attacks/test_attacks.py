@@ -48,7 +48,7 @@ def test_gradient_inversion_recovers_features_and_label_counts_from_plain_update
     out = findings(setup, cfg, "gradient-inversion:variant=dictionary,clients=0+2")
     for k in (0, 2):
         f = out[("gradient-inversion", f"client{k}", "dictionary")]
-        assert f.baseline["auc_per_feature"] == pytest.approx(0.5)
+        assert f.baseline["auc_per_feature"] < 0.65  # as many marginal-drawn rows, matched the same way
         assert f.metrics["auc_per_feature"] >= 0.7
         assert f.metrics["f1_at_density"] > f.baseline["f1_at_density"]
         assert f.metrics["label_count_error"] == 0  # iDLG/EC-LDA counts from the last bias
@@ -165,13 +165,15 @@ def test_attacks_reach_neither_ground_truth_nor_private_state(plain_fedavg):
 
 def test_on_cora_small_clients_lose_their_binary_features_to_one_plain_update(cora):
     # Issue target: plain FedAvg, one local SGD step, clients with <= 50 training nodes (Cora, Louvain,
-    # 20 clients: 25-29 each): per-feature AUC >= 0.9 where the feature marginals score 0.5.
+    # 20 clients: 25-29 each): per-feature AUC >= 0.9 and per-node labels >= 0.9, where as many rows
+    # drawn from the feature marginals and matched to the training nodes the same way score about 0.55.
     cfg = fedavg_config(dataset="cora", clients=20, hidden=64)
     _, setup = run(cfg, data=cora)
     out = findings(setup, cfg, "gradient-inversion:variant=dictionary,clients=0+1+2")
     scores = [out[("gradient-inversion", f"client{k}", "dictionary")] for k in (0, 1, 2)]
-    assert all(f.metrics["nodes"] <= 50 and f.baseline["auc_per_feature"] == pytest.approx(0.5) for f in scores)
+    assert all(f.metrics["nodes"] <= 50 and f.baseline["auc_per_feature"] < 0.6 for f in scores)
     assert sum(f.metrics["auc_per_feature"] for f in scores) / 3 >= 0.9
     assert all(f.metrics["f1_at_density"] > 2 * f.baseline["f1_at_density"] for f in scores)
     assert all(f.metrics["label_count_error"] == 0 for f in scores)  # the label multiset, exactly (iDLG)
-    assert sum(f.metrics["label_acc"] for f in scores) / 3 >= 0.85  # per node, after matching rows to nodes
+    assert sum(f.metrics["label_acc"] for f in scores) / 3 >= 0.9  # per node, rows matched to the training nodes
+    assert all(f.metrics["label_acc"] > f.baseline["label_acc"] for f in scores)  # the prior majority label: 0.11-0.82
