@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from privfgl.experiment import ConfigError, RunConfig
+from privfgl.methods import METHODS
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
@@ -35,7 +36,7 @@ def _key_value(text: str) -> tuple[str, object]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privfgl run` (defaults None: unset options fall back to --config, then RunConfig)."""
     a = p.add_argument
-    a("--method", help="local, fedavg, fedprox, opfgl, dp-fedavg, dp-sgd")
+    a("--method", help=", ".join(METHODS))
     a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset>")
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet")
     a("--clients", type=int, help="number of clients K")
