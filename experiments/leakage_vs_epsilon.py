@@ -12,7 +12,8 @@ Threat model of the audit (attacks/gradient_inversion.py): local SGD without dro
 
 CSV: one row per σ. PNG (experiments/png_canvas.py, no plotting library): x = the runs ordered by falling ε
 (left: no DP), y in [0, 1]; blue: test accuracy, red: gradient-inversion per-feature AUC (its
-baseline is 0.5, grey), green: label-inference cosine similarity (its uniform baseline: dashed green).
+baseline, as many marginal-drawn rows matched the same way: dashed grey), green: label-inference
+cosine similarity (its uniform baseline: dashed green).
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from attacks import parse_attack, run_attacks
 from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
 
-FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature", "gi_auc", "gi_baseline_auc",
+FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature", "gi_baseline_auc_per_feature",
+          "gi_auc", "gi_baseline_auc",
           "li_js", "li_cosine", "li_uniform_js", "li_uniform_cosine"]
 
 
@@ -44,7 +46,8 @@ def one_run(args, sigma: float) -> dict:
     mean = lambda key, fs, block="metrics": statistics.fmean(getattr(f, block)[key] for f in fs)
     return {"sigma": sigma, "clip": args.clip if sigma else None, "epsilon": record["privacy"]["epsilon"],
             "delta": record["privacy"]["delta"], "test_acc": record["metrics"]["test_acc"],
-            "gi_auc_per_feature": gi.metrics.get("auc_per_feature"), "gi_auc": gi.metrics.get("auc"),
+            "gi_auc_per_feature": gi.metrics.get("auc_per_feature"),
+            "gi_baseline_auc_per_feature": gi.baseline.get("auc_per_feature"), "gi_auc": gi.metrics.get("auc"),
             "gi_baseline_auc": gi.baseline.get("auc"), "li_js": mean("js", li), "li_cosine": mean("cosine", li),
             "li_uniform_js": mean("uniform_js", li, "baseline"), "li_uniform_cosine": mean("uniform_cosine", li, "baseline")}
 
@@ -69,8 +72,8 @@ def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, marg
     for v in (0.25, 0.5, 0.75, 1.0):
         line([to_xy(0, v), to_xy(len(rows) - 1, v)], (225, 225, 225), dashed=True)
     series = [("test_acc", (31, 119, 180), False), ("gi_auc_per_feature", (214, 39, 40), False),
+              ("gi_baseline_auc_per_feature", (150, 150, 150), True),
               ("li_cosine", (44, 160, 44), False), ("li_uniform_cosine", (44, 160, 44), True)]
-    line([to_xy(i, 0.5) for i in range(len(rows))], (150, 150, 150), dashed=True)
     for key, colour, dashed in series:
         pts = [to_xy(i, r[key]) for i, r in enumerate(rows) if r[key] is not None and not math.isnan(r[key])]
         line(pts, colour, dashed)
