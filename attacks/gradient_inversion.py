@@ -162,6 +162,24 @@ def _optimise(update: ObservedUpdate, aux: InversionAux, counts: torch.Tensor, n
     return torch.sigmoid(z).detach(), F.softmax(logits, dim=1).detach()
 
 
+def equal_row_groups(rows: np.ndarray, min_cosine: float, norm_gap: float) -> list[np.ndarray]:
+    """The means of the groups of >= 2 (nearly) equal rows of `rows` [w, h] (all non-zero): rows
+    within cosine > `min_cosine` and |norm ratio − 1| < `norm_gap` of a group's largest row, each
+    row in one group at most, largest rows first. Equal gradient rows = words held by one node."""
+    norms = np.linalg.norm(rows, axis=1)
+    unit = rows / norms[:, None]
+    group = -np.ones(len(rows), dtype=int)
+    means = []
+    for i in np.argsort(-norms, kind="stable"):
+        if group[i] >= 0:
+            continue
+        same = (unit @ unit[i] > min_cosine) & (np.abs(norms / norms[i] - 1) < norm_gap) & (group < 0)
+        if same.sum() >= 2:
+            group[same] = len(means)
+            means.append(rows[same].mean(0))
+    return means
+
+
 def _split_over(dictionary: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Non-negative coefficients [r, words] of every row [words, hidden] over the signatures
     [r, hidden], and the residual rows."""
@@ -191,16 +209,7 @@ def dictionary_features(update: ObservedUpdate, k: Knowledge, tol: float = 0.999
         return torch.zeros(0, g.shape[0]), torch.zeros(0, g.shape[1])
     active = np.nonzero(norms > 1e-3 * norms.max())[0]
     rows, rn = g[active], norms[active]
-    unit = rows / rn[:, None]
-    group = -np.ones(len(active), dtype=int)
-    atoms = []
-    for i in np.argsort(-rn, kind="stable"):
-        if group[i] >= 0:
-            continue
-        same = (unit @ unit[i] > tol) & (np.abs(rn / rn[i] - 1) < 1 - tol + 0.01) & (group < 0)
-        if same.sum() >= 2:
-            group[same] = len(atoms)
-            atoms.append(rows[same].mean(0))
+    atoms = equal_row_groups(rows, min_cosine=tol, norm_gap=1 - tol + 0.01)
     if not atoms:
         atoms.append(rows[np.argmax(rn)])
     coef, residual = _split_over(np.stack(atoms), rows)

@@ -42,7 +42,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.gradient_inversion import GradientInversion, assign_labels
+from attacks.gradient_inversion import GradientInversion, assign_labels, equal_row_groups
 from attacks.metrics import label_accuracy, matched_sample_baseline, unordered_scores
 from attacks.updates import aggregate_update, client_update
 from attacks.view import AdversaryView
@@ -91,17 +91,8 @@ def sign_dictionary(delta: np.ndarray, tol: float = 1e-4, explained: float = 0.9
     x = np.zeros((0, delta.shape[0]))
     if active.size == 0:
         return x, np.zeros((0, delta.shape[1]))
-    rows, rn = delta[active], norms[active]
-    unit = rows / rn[:, None]
-    group = -np.ones(len(active), dtype=int)
-    atoms = []
-    for i in np.argsort(-rn, kind="stable"):
-        if group[i] >= 0:
-            continue
-        same = (unit @ unit[i] > 1 - tol) & (np.abs(rn / rn[i] - 1) < 1e-3) & (group < 0)
-        if same.sum() >= 2:
-            group[same] = len(atoms)
-            atoms.append(rows[same].mean(0))
+    rows = delta[active]
+    atoms = equal_row_groups(rows, min_cosine=1 - tol, norm_gap=1e-3)
     best = _consistency(np.stack(atoms), rows).max(0) if atoms else np.zeros(len(rows))
     support = (rows != 0).sum(1)
     for i in np.argsort(support, kind="stable"):
