@@ -126,6 +126,13 @@ def test_one_run_reports_overall_and_minority_accuracy_and_selects_by_pooled_val
     assert record["cost"]["bytes_up_per_client"] == [3 * 8 * values] * 5
 
 
+def test_the_same_seed_gives_the_same_run(sbm, plain_run):
+    record, _ = plain_run
+    again, _ = fedspray(sbm, transcript="all")
+    assert again["metrics"]["curve"] == record["metrics"]["curve"]
+    assert again["metrics"]["test_acc"] == record["metrics"]["test_acc"]
+
+
 def test_the_gnn_never_leaves_the_client(plain_run):
     _, setup = plain_run
     names = {name for m in setup.federation.transcript.view(SERVER) if m.tensors for name in m.tensors}
