@@ -116,7 +116,8 @@ def main() -> None:
                     res.append({"dataset": dataset, "standin": standin, "variant": variant_name(variant, args),
                                 "protocol": protocol, "seed": seed, "val_acc": m["val_acc"],
                                 "acc_micro": m["test_acc_micro"], "acc_weighted": m["test_acc"],
-                                "minority": m["minority_acc"], "best_round": m["best_round"],
+                                "minority": m["minority_acc"], "minority_macro": m["minority_acc_macro"],
+                                "acc_macro": m["test_acc_macro"], "best_round": m["best_round"],
                                 "bytes_up_per_client_round": statistics.fmean(cost["bytes_up_per_client"]) / args.rounds,
                                 "seconds": time.perf_counter() - start})
                     print(json.dumps(res[-1]), flush=True)
@@ -125,15 +126,17 @@ def main() -> None:
                 part = "louvain" if standin else args.partition
                 rows.append([name, part, str(STANDIN_CLIENTS.get(dataset, args.clients)), variant_name(variant, args), protocol,
                              pct([r["acc_micro"] for r in res]), pct([r["minority"] for r in res]),
+                             pct([r["acc_macro"] for r in res]), pct([r["minority_macro"] for r in res]),
                              pct([r["acc_weighted"] for r in res]), pct([r["val_acc"] for r in res]), str(len(res)),
                              f"{statistics.fmean(r['bytes_up_per_client_round'] for r in res) / 1e6:.3f}",
                              f"{statistics.fmean(r['seconds'] for r in res):.1f}"])
     lines = [f"FedSpray reproduction ({args.model}, {args.rounds} rounds, split 40/30/30; accuracy % mean ± "
              "population std over seeds " + ", ".join(map(str, args.seeds)) + "). STAND-IN rows are synthetic "
              "contextual-SBM graphs, not the real datasets.", "",
-             "| dataset | partition | clients | variant | protocol | acc (micro) | minority acc | acc (node-weighted) "
+             "| dataset | partition | clients | variant | protocol | acc (micro) | minority acc | acc (macro over clients) "
+             "| minority acc (macro) | acc (node-weighted) "
              "| val acc (node-weighted) | seeds | MB up / client / round | s / run |",
-             "|" + "---|" * 12]
+             "|" + "---|" * 14]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     standins = [d for d in args.datasets if d in STANDIN_CLIENTS]
     if standins:

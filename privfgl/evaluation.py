@@ -2,7 +2,8 @@
 
 Each client evaluates the model it holds on its own validation and test nodes. Per-client metrics
 are averaged weighted by the client's node count (as OpenFGL and the O-pFGL code do); the pooled
-("micro") accuracy over all test nodes is reported beside it. `test_acc` of a run is the test
+("micro") accuracy over all test nodes and the unweighted mean over clients ("macro": `test_acc_macro`,
+`minority_acc_macro`) are reported beside it. `test_acc` of a run is the test
 accuracy at the round with the best weighted validation accuracy, as OpenFGL reports it; the last
 round's metrics are kept too. `select="val_loss"` selects the round with the lowest pooled
 validation cross-entropy instead (FedSpray's code); the entries and the summary then carry `val_loss`.
@@ -90,8 +91,13 @@ class RoundTracker:
             raise RuntimeError("no round was evaluated")
         last = self.history[-1]
         best = self.best
+        clients = best["per_client"]
         return {
-            "test_acc": best["test_acc"], "test_acc_micro": best["test_acc_micro"], "test_f1_macro": best["test_f1_macro"],
+            "test_acc": best["test_acc"], "test_acc_micro": best["test_acc_micro"],
+            "test_acc_macro": _mean([c["test_acc"] for c in clients if c["n_test"]]),
+            "minority_acc_macro": _mean([c["test_minority_correct"] / c["test_n_minority"]
+                                         for c in clients if c["test_n_minority"]]),
+            "test_f1_macro": best["test_f1_macro"],
             "test_f1_macro_micro": best["test_f1_macro_micro"], "val_acc": best["val_acc"],
             "minority_acc": best["minority_acc"], "best_round": best["round"], "best_stage": best["stage"],
             "last": {k: last[k] for k in ("round", "stage", "val_acc", "test_acc", "test_f1_macro", "minority_acc")},
@@ -99,3 +105,8 @@ class RoundTracker:
             "per_client": best["per_client"],
             **({"val_loss": best["val_loss"], "selected_by": "val_loss"} if self.select == "val_loss" else {}),
         }
+
+
+def _mean(values: list[float]) -> float | None:
+    """The unweighted mean (a macro average over clients); None for no values."""
+    return sum(values) / len(values) if values else None

@@ -59,3 +59,5 @@ def test_tracker_weights_clients_by_node_count_and_pools_minority_nodes():
     assert [c["test_correct"] for c in e["per_client"]] == [1, 4]
     summary = tracker.summary()
     assert summary["best_round"] == 0 and summary["per_client"][1]["n_test"] == 5
+    assert abs(summary["test_acc_macro"] - (0.5 + 0.8) / 2) < 1e-12      # unweighted mean over clients
+    assert abs(summary["minority_acc_macro"] - (1 / 2 + 1 / 2) / 2) < 1e-12  # a: 1 of 2; b: 1 of 2
