@@ -7,6 +7,11 @@ are averaged weighted by the client's node count (as OpenFGL and the O-pFGL code
 accuracy at the round with the best weighted validation accuracy, as OpenFGL reports it; the last
 round's metrics are kept too. `select="val_loss"` selects the round with the lowest pooled
 validation cross-entropy instead (FedSpray's code); the entries and the summary then carry `val_loss`.
+
+Minority accuracy (test nodes whose label is not their client's majority training class, FedSpray's
+metric) is also split by the node's homophily h_i (FedSpray Eq. 1: the share of its neighbours in
+the client's graph with its label; evaluation only, it reads every label): `minority_by_homophily`
+{"low": h < 0.5, "high": h >= 0.5, "isolated": no neighbour} -> {"n", "acc"}, pooled over clients.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from privfgl.metrics import accuracy, confusion_by_client, macro_f1, weighted_mean
+from privfgl.metrics import accuracy, confusion_by_client, macro_f1, node_homophily, weighted_mean
 
 
 class RoundTracker:
@@ -43,6 +48,7 @@ class RoundTracker:
             counts = torch.bincount(c.y[c.train_mask], minlength=num_classes)
             majority.append(int(counts.argmax()) if int(counts.sum()) else -1)
         self.minority_mask = self.test_mask & (self.y != torch.tensor(majority)[self.client])
+        self.homophily_bin = torch.cat([_homophily_bins(c) for c in clients])
         self.history: list[dict] = []
         self.best: dict | None = None
 
@@ -62,11 +68,18 @@ class RoundTracker:
         minority_correct = torch.bincount(self.client[minority], weights=(pred[minority] == self.y[minority]).double(),
                                           minlength=self.num_clients).long()
         pooled = test.sum(0)
+        correct = pred == self.y
+        by_homophily = {}
+        for code, name in enumerate(HOMOPHILY_BINS):
+            mask = minority & (self.homophily_bin == code)
+            n = int(mask.sum())
+            by_homophily[name] = {"n": n, "acc": float(correct[mask].double().mean()) if n else None}
         entry = {"round": round, "stage": stage,
                  "val_acc": weighted_mean(val_acc, self.weights), "test_acc": weighted_mean(test_acc, self.weights),
                  "test_acc_micro": float(accuracy(pooled)),
                  "test_f1_macro": weighted_mean(test_f1, self.weights), "test_f1_macro_micro": float(macro_f1(pooled)),
                  "minority_acc": float(minority_correct.sum()) / float(n_minority.sum()) if int(n_minority.sum()) else None,
+                 "minority_by_homophily": by_homophily,
                  "per_client": [{"client": k, "n_nodes": int(c.num_nodes), "n_val": int(n_val[k]),
                                  "n_test": int(n_test[k]), "val_acc": float(val_acc[k]),
                                  "test_acc": float(test_acc[k]), "test_f1_macro": float(test_f1[k]),
@@ -99,12 +112,23 @@ class RoundTracker:
                                          for c in clients if c["test_n_minority"]]),
             "test_f1_macro": best["test_f1_macro"],
             "test_f1_macro_micro": best["test_f1_macro_micro"], "val_acc": best["val_acc"],
-            "minority_acc": best["minority_acc"], "best_round": best["round"], "best_stage": best["stage"],
+            "minority_acc": best["minority_acc"], "minority_by_homophily": best["minority_by_homophily"],
+            "best_round": best["round"], "best_stage": best["stage"],
             "last": {k: last[k] for k in ("round", "stage", "val_acc", "test_acc", "test_f1_macro", "minority_acc")},
             "curve": [{k: e[k] for k in ("round", "stage", "val_acc", "test_acc")} for e in self.history],
             "per_client": best["per_client"],
             **({"val_loss": best["val_loss"], "selected_by": "val_loss"} if self.select == "val_loss" else {}),
         }
+
+
+HOMOPHILY_BINS = ("low", "high", "isolated")  # h < 0.5, h >= 0.5, no neighbour
+
+
+def _homophily_bins(client: Data) -> torch.Tensor:
+    """Per node of ``client``: 0 if its homophily h_i < 0.5, 1 if h_i >= 0.5, 2 without a neighbour
+    (a client without ``edge_index`` has only isolated nodes). int64 [n]."""
+    h = node_homophily(client.y, getattr(client, "edge_index", None), int(client.num_nodes))
+    return torch.where(h.isnan(), 2, torch.where(h < 0.5, 0, 1)).long()
 
 
 def _mean(values: list[float]) -> float | None:

@@ -39,3 +39,18 @@ def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> float:
     """Σ w_k v_k / Σ w_k over clients (0.0 when the weights sum to 0)."""
     total = float(weights.sum())
     return float((values.double() * weights.double()).sum()) / total if total else 0.0
+
+
+def node_homophily(y: torch.Tensor, edge_index: torch.Tensor | None, num_nodes: int) -> torch.Tensor:
+    """FedSpray's Eq. 1 per node: the share of its neighbours (``edge_index`` [2, E], both directions
+    of an undirected edge stored, self-loops ignored) with its label ``y`` [n]; NaN without a
+    neighbour (and for every node when ``edge_index`` is None). float64 [n]. Unlike O-pFGL's
+    statistic (methods/opfgl_stats.py) it reads every neighbour's label: evaluation only."""
+    if edge_index is None:
+        return torch.full((num_nodes,), float("nan"), dtype=torch.float64)
+    src, dst = edge_index[0], edge_index[1]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    degree = torch.bincount(dst, minlength=num_nodes).double()
+    same = torch.bincount(dst, weights=(y[src] == y[dst]).double(), minlength=num_nodes)
+    return torch.where(degree > 0, same / degree.clamp(min=1), torch.tensor(float("nan"), dtype=torch.float64))

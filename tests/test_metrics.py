@@ -6,7 +6,7 @@ from sklearn.metrics import f1_score
 from torch_geometric.data import Data
 
 from privfgl.evaluation import RoundTracker
-from privfgl.metrics import accuracy, confusion_by_client, macro_f1, weighted_mean
+from privfgl.metrics import accuracy, confusion_by_client, macro_f1, node_homophily, weighted_mean
 
 
 @settings(max_examples=60, deadline=None)
@@ -61,3 +61,42 @@ def test_tracker_weights_clients_by_node_count_and_pools_minority_nodes():
     assert summary["best_round"] == 0 and summary["per_client"][1]["n_test"] == 5
     assert abs(summary["test_acc_macro"] - (0.5 + 0.8) / 2) < 1e-12      # unweighted mean over clients
     assert abs(summary["minority_acc_macro"] - (1 / 2 + 1 / 2) / 2) < 1e-12  # a: 1 of 2; b: 1 of 2
+
+
+def test_minority_accuracy_is_split_by_node_homophily_within_the_client_graph():
+    # majority training class 0; test nodes 2, 3, 4, 6 all have label 1, so all are minority nodes
+    c = client([0, 0, 1, 1, 1, 2, 1], train=[0, 1], test=[2, 3, 4, 6])
+    edges = [(0, 2), (2, 4), (3, 5), (6, 6)]  # h: node 2 = 1/2, node 3 = 0, node 4 = 1; node 6 only a self-loop
+    c.edge_index = torch.tensor([[a for a, b in edges] + [b for a, b in edges],
+                                 [b for a, b in edges] + [a for a, b in edges]])
+    tracker = RoundTracker([c], num_classes=3)
+    pred = torch.tensor([0, 0, 1, 0, 2, 2, 1])  # node 2 right, 3 wrong, 4 wrong, 6 right
+    e = tracker.evaluate(0, [torch.eye(3)[pred]])
+    assert e["minority_by_homophily"] == {"low": {"n": 1, "acc": 0.0},       # node 3
+                                          "high": {"n": 2, "acc": 0.5},      # nodes 2 (h = 1/2) and 4
+                                          "isolated": {"n": 1, "acc": 1.0}}  # node 6
+    assert tracker.summary()["minority_by_homophily"] == e["minority_by_homophily"]
+
+
+def test_clients_without_edges_put_every_minority_node_in_the_isolated_bin():
+    tracker = RoundTracker([client([0, 0, 1, 1], train=[0, 1], test=[2, 3])], num_classes=2)
+    e = tracker.evaluate(0, [torch.eye(2)[torch.tensor([0, 0, 1, 0])]])
+    assert e["minority_by_homophily"]["isolated"] == {"n": 2, "acc": 0.5}
+    assert e["minority_by_homophily"]["low"] == {"n": 0, "acc": None}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=1, max_size=12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)),
+                                                                     max_size=30))
+def test_node_homophily_is_the_share_of_neighbours_with_the_same_label(labels, pairs):
+    n = len(labels)
+    edges = {(a % n, b % n) for a, b in pairs} | {(b % n, a % n) for a, b in pairs}  # undirected, both ways
+    y = torch.tensor(labels)
+    edge_index = torch.tensor(sorted(edges), dtype=torch.long).t().reshape(2, -1)
+    h = node_homophily(y, edge_index, n)
+    for i in range(n):
+        neighbours = [a for a, b in edges if b == i and a != i]
+        if not neighbours:
+            assert bool(h[i].isnan())
+        else:
+            assert abs(float(h[i]) - sum(labels[a] == labels[i] for a in neighbours) / len(neighbours)) < 1e-12
