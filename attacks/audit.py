@@ -43,9 +43,11 @@ def public_knowledge(setup, run_config) -> Knowledge:
     x = torch.cat([c.x for c in setup.clients]).double()
     y = torch.cat([c.y for c in setup.clients])
     m = setup.model
+    dp = setup.federation.dp
+    noised = tuple(dp.spec.messages) if dp is not None and dp.spec.mode != "central" else ()
     return Knowledge(run_config.method, m.model, m.layers, m.hidden, setup.num_features, setup.num_classes, m.lr,
                      m.weight_decay, setup.method.local_epochs, m.optimizer, m.dropout, (x > 0).double().mean(0),
-                     torch.bincount(y, minlength=setup.num_classes).double() / y.numel())
+                     torch.bincount(y, minlength=setup.num_classes).double() / y.numel(), noised)
 
 
 def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -> list[Finding]:
@@ -86,6 +88,9 @@ def _headline(f: dict) -> list[tuple[str, object, object]]:
     for key in HEADLINES[f["name"]]:
         if key in m:
             base = b.get(key, b.get(f"uniform_{key}"))
+            permuted = b.get("words_permuted", {}).get(key)
+            if permuted is not None and base is not None:  # both nulls of an unordered reconstruction
+                base = f"{base:.3f}, words permuted {permuted:.3f}"
             rows.append((key, m[key], base))
     return rows
 

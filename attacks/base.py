@@ -21,7 +21,9 @@ from attacks.view import AdversaryView
 class Knowledge:
     """Public facts about the run that every aux may draw on: the model and optimizer settings
     (the protocol is public), the data dimensions and population priors (feature marginals [f],
-    label distribution [C], e.g. from a public copy of the dataset)."""
+    label distribution [C], e.g. from a public copy of the dataset). `noised_messages`: the messages
+    whose per-client uploads carry DP noise (the run's public `--dp` spec, mode local or
+    distributed); an attack may then estimate the noise level from the upload itself."""
     method: str
     model: str
     layers: int
@@ -35,6 +37,7 @@ class Knowledge:
     dropout: float
     feature_prior: torch.Tensor
     label_prior: torch.Tensor
+    noised_messages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gradient_inversion import GradientInversion, assign_labels, equal_row_groups
-from attacks.metrics import label_accuracy, matched_sample_baseline, unordered_scores
+from attacks.metrics import label_accuracy, matched_sample_baseline, permuted_words_baseline, unordered_scores
 from attacks.updates import aggregate_update, client_update
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
@@ -192,6 +192,7 @@ class FedSprayEncoderInversion(Attack):
         baseline = {"kind": f"{rec.features.shape[0]} rows drawn from the feature marginals, matched to the labelled "
                             "nodes as the reconstruction; majority prior label; the most common words as the word set",
                     **matched_sample_baseline(prior, rec.features.shape[0], x_train),
+                    "words_permuted": permuted_words_baseline(rec.features, x_train),
                     "word_set_precision": float(held[top].float().mean()),
                     "label_acc": label_accuracy(torch.full_like(y_train, int(k.label_prior.argmax())), y_train)}
         return metrics, baseline

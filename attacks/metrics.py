@@ -77,6 +77,16 @@ def matched_sample_baseline(prior: torch.Tensor, rows: int, true_x: torch.Tensor
     return unordered_scores(sample, None, true_x, torch.zeros(0, dtype=torch.long))
 
 
+def permuted_words_baseline(features: torch.Tensor, true_x: torch.Tensor, seed: int = 0) -> dict[str, float]:
+    """The null of an unordered reconstruction that keeps its rows' shape: the same rows [r, f] with
+    their feature columns (words) shuffled, matched and scored as the reconstruction (unordered_scores).
+    An attack that knows nothing about which words a node holds scores the same; a dense
+    reconstruction of noise can beat the marginal sample (matched_sample_baseline) but not this."""
+    g = torch.Generator().manual_seed(seed)
+    shuffled = features[:, torch.randperm(features.shape[1], generator=g)] if features.shape[0] else features
+    return unordered_scores(shuffled, None, true_x, torch.zeros(0, dtype=torch.long))
+
+
 def label_accuracy(pred, true) -> float:
     p, t = _np(pred), _np(true)
     return float((p == t).mean()) if t.size else float("nan")

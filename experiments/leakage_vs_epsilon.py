@@ -3,7 +3,8 @@
 DP-FedAvg on Cora (louvain, 10 clients) with `--dp gaussian:sigma=σ,clip=C,on=update,mode=local`:
 every client clips its model delta to C and adds N(0, (σC)²) before upload, so the honest-but-curious
 server's view holds only noised per-client uploads. The same runs are then audited:
-`gradient-inversion` (dictionary variant, graph-free) on one client's round-0 update, and
+`gradient-inversion` (dictionary variant, graph-free; on noised uploads it reads the noise level
+off the update and groups gradient rows up to it) on one client's round-0 update, and
 `label-inference` on every client's. σ = 0 is non-private FedAvg (the reference, ε = inf).
 Threat model of the audit (attacks/gradient_inversion.py): local SGD without dropout, public lr.
 
@@ -12,7 +13,8 @@ Threat model of the audit (attacks/gradient_inversion.py): local SGD without dro
 
 CSV: one row per σ. PNG (experiments/png_canvas.py, no plotting library): x = the runs ordered by falling ε
 (left: no DP), y in [0, 1]; blue: test accuracy, red: gradient-inversion per-feature AUC (its
-baseline, as many marginal-drawn rows matched the same way: dashed grey), green: label-inference
+baselines, as many marginal-drawn rows matched the same way: dashed light grey; the same rows with
+their words shuffled: dashed dark grey), green: label-inference
 cosine similarity (its uniform baseline: dashed green).
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
 
 FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature", "gi_baseline_auc_per_feature",
-          "gi_auc", "gi_baseline_auc",
+          "gi_permuted_auc_per_feature", "gi_recovered_rows", "gi_auc", "gi_baseline_auc",
           "li_js", "li_cosine", "li_uniform_js", "li_uniform_cosine"]
 
 
@@ -47,7 +49,9 @@ def one_run(args, sigma: float) -> dict:
     return {"sigma": sigma, "clip": args.clip if sigma else None, "epsilon": record["privacy"]["epsilon"],
             "delta": record["privacy"]["delta"], "test_acc": record["metrics"]["test_acc"],
             "gi_auc_per_feature": gi.metrics.get("auc_per_feature"),
-            "gi_baseline_auc_per_feature": gi.baseline.get("auc_per_feature"), "gi_auc": gi.metrics.get("auc"),
+            "gi_baseline_auc_per_feature": gi.baseline.get("auc_per_feature"),
+            "gi_permuted_auc_per_feature": gi.baseline.get("words_permuted", {}).get("auc_per_feature"),
+            "gi_recovered_rows": gi.metrics.get("recovered_rows"), "gi_auc": gi.metrics.get("auc"),
             "gi_baseline_auc": gi.baseline.get("auc"), "li_js": mean("js", li), "li_cosine": mean("cosine", li),
             "li_uniform_js": mean("uniform_js", li, "baseline"), "li_uniform_cosine": mean("uniform_cosine", li, "baseline")}
 
@@ -73,6 +77,7 @@ def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, marg
         line([to_xy(0, v), to_xy(len(rows) - 1, v)], (225, 225, 225), dashed=True)
     series = [("test_acc", (31, 119, 180), False), ("gi_auc_per_feature", (214, 39, 40), False),
               ("gi_baseline_auc_per_feature", (150, 150, 150), True),
+              ("gi_permuted_auc_per_feature", (90, 90, 90), True),
               ("li_cosine", (44, 160, 44), False), ("li_uniform_cosine", (44, 160, 44), True)]
     for key, colour, dashed in series:
         pts = [to_xy(i, r[key]) for i, r in enumerate(rows) if r[key] is not None and not math.isnan(r[key])]
@@ -97,6 +102,7 @@ def main() -> None:
         rows.append(one_run(args, sigma))
         r = rows[-1]
         print(f"sigma={sigma:g} eps={r['epsilon']} acc={r['test_acc']:.3f} gi_auc_pf={r['gi_auc_per_feature']} "
+              f"(marginal sample {r['gi_baseline_auc_per_feature']}, words permuted {r['gi_permuted_auc_per_feature']}) "
               f"li_js={r['li_js']:.3f} (uniform {r['li_uniform_js']:.3f})", flush=True)
     rows.sort(key=lambda r: -(r["epsilon"] if r["epsilon"] is not None else math.inf))
     out = Path(args.out)
