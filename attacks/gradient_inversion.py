@@ -45,6 +45,7 @@ from attacks.view import AdversaryView
 VARIANTS = ("dlg", "idlg", "ig", "dictionary")
 GRAPH_KNOWLEDGE = ("known", "unknown")
 NOISE_HANDLING = ("auto", "ignore")  # dictionary variant on DP-noised uploads
+NOISE_FACTOR = 1.2  # rows and residuals under NOISE_FACTOR·ν are noise (≈ 2 std of a noise row's norm at h = 64)
 
 
 @dataclass(frozen=True)
@@ -190,11 +191,11 @@ def equal_row_groups(rows: np.ndarray, min_cosine: float, norm_gap: float,
             spread = margin * math.sqrt(2.0) * noise_norm / math.sqrt(r2 * rows.shape[1])
             cos_i = min(min_cosine, r2 / (r2 + noise_norm ** 2) - spread)
             gap_i = norm_gap + spread
-        same = (unit @ unit[i] > cos_i) & (np.abs(norms / norms[i] - 1) < gap_i) & (group < 0)
+        near = lambda row, norm: (unit @ (row / norm) > cos_i) & (np.abs(norms / norm - 1) < gap_i) & (group < 0)
+        same = near(rows[i], norms[i])
         if noise_norm > 0 and same.sum() >= 2:  # the largest copy is biased up: re-centre on the mean
             centre = rows[same].mean(0)
-            c_norm = np.linalg.norm(centre)
-            same = (unit @ (centre / c_norm) > cos_i) & (np.abs(norms / c_norm - 1) < gap_i) & (group < 0)
+            same = near(centre, np.linalg.norm(centre))
         if same.sum() >= 2:
             group[same] = len(means)
             means.append(rows[same].mean(0))
@@ -233,9 +234,8 @@ def dictionary_features(update: ObservedUpdate, k: Knowledge, tol: float = 0.999
     then, matching-pursuit style, the largest residuals of word rows left unexplained (relative
     residual > `unexplained`) become new signatures, at most `max_added` of them.
     `noised` (the upload carries DP noise): the noise norm ν per row is read from the update
-    (row_noise_norm); rows under 1.2·ν (≈ 2 std of a noise row's norm at h = 64) are dropped as
-    noise, equal rows are grouped up to the noise (equal_row_groups) and a residual must exceed 1.2·ν
-    to become a signature. The factor was chosen on Cora's 10 Louvain clients under σ = 1e-4 ... 1
+    (row_noise_norm); rows under NOISE_FACTOR·ν are dropped as noise, equal rows are grouped up to
+    the noise (equal_row_groups) and a residual must exceed NOISE_FACTOR·ν to become a signature. The factor was chosen on Cora's 10 Louvain clients under σ = 1e-4 ... 1
     against the words-permuted null (README, leakage vs ε): an auditor's attack tuned to leak more
     is the cautious side."""
     g = update.gradient(k.lr, k.weight_decay, k.local_epochs)["convs.0.lin.weight"].T.numpy()  # [f, hidden]
@@ -243,7 +243,7 @@ def dictionary_features(update: ObservedUpdate, k: Knowledge, tol: float = 0.999
     if norms.max() == 0:
         return torch.zeros(0, g.shape[0]), torch.zeros(0, g.shape[1])
     noise = row_noise_norm(g) if noised else 0.0
-    active = np.nonzero((norms > 1e-3 * norms.max()) & (norms > 1.2 * noise))[0]
+    active = np.nonzero((norms > 1e-3 * norms.max()) & (norms > NOISE_FACTOR * noise))[0]
     if active.size == 0:
         active = np.array([int(np.argmax(norms))])
     rows, rn = g[active], norms[active]
@@ -255,7 +255,7 @@ def dictionary_features(update: ObservedUpdate, k: Knowledge, tol: float = 0.999
     while added < max_added:
         res = np.linalg.norm(residual, axis=1)
         left = [i for i in np.argsort(-res, kind="stable")
-                if res[i] > max(unexplained * rn[i], 1.2 * noise)][:min(10, max_added - added)]
+                if res[i] > max(unexplained * rn[i], NOISE_FACTOR * noise)][:min(10, max_added - added)]
         if not left:
             break
         atoms.extend(residual[i] for i in left)  # up to 10 per pass (cost: one nnls per word per pass)
@@ -293,14 +293,13 @@ class GradientInversion(Attack):
                  clients: list[int] | None = None, seed: int = 0, noise: str = "auto"):
         if variant not in VARIANTS:
             raise ValueError(f"gradient-inversion variant {variant!r}; valid: {', '.join(VARIANTS)}")
+        if graph not in GRAPH_KNOWLEDGE:
+            raise ValueError(f"gradient-inversion graph {graph!r}; valid: {', '.join(GRAPH_KNOWLEDGE)}")
         if noise not in NOISE_HANDLING:
             raise ValueError(f"gradient-inversion noise {noise!r}; valid: {', '.join(NOISE_HANDLING)} "
                              "(auto: read the noise level off uploads the run's --dp spec noises; ignore: never)")
-        self.noise = noise
-        if graph not in GRAPH_KNOWLEDGE:
-            raise ValueError(f"gradient-inversion graph {graph!r}; valid: {', '.join(GRAPH_KNOWLEDGE)}")
-        self.variant, self.graph, self.round, self.iters, self.clients, self.seed = \
-            variant, graph, round, iters, clients, seed
+        self.variant, self.graph, self.round, self.iters, self.clients, self.seed, self.noise = \
+            variant, graph, round, iters, clients, seed, noise
         self._aggregate: tuple[AdversaryView, int, Reconstruction] | None = None  # one aggregate, K scorings
 
     def targets(self, view: AdversaryView, knowledge: Knowledge, num_clients: int) -> list[str]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import torch
-
-from privfgl.evaluation import HOMOPHILY_BINS
+from privfgl.evaluation import HOMOPHILY_BINS, homophily_bins, majority_training_class
 from privfgl.experiment import RunConfig, build_setup
 from privfgl.metrics import node_homophily
 
@@ -34,16 +32,14 @@ def profile(dataset: str, partition: str, clients: int, split: tuple, seed: int)
     h_major, h_minor, n_minor, n_nodes = [], [], 0, 0
     bins = dict.fromkeys(HOMOPHILY_BINS, 0)
     for c in setup.clients:
-        majority = int(torch.bincount(c.y[c.train_mask], minlength=setup.num_classes).argmax())
         h = node_homophily(c.y, c.edge_index, int(c.num_nodes))
-        minor = c.y != majority
+        minor = c.y != majority_training_class(c, setup.num_classes)
         h_major += h[~minor & ~h.isnan()].tolist()
         h_minor += h[minor & ~h.isnan()].tolist()
         n_minor, n_nodes = n_minor + int(minor.sum()), n_nodes + int(c.num_nodes)
-        test = minor & c.test_mask
-        bins["low"] += int((test & (h < 0.5)).sum())
-        bins["high"] += int((test & (h >= 0.5)).sum())
-        bins["isolated"] += int((test & h.isnan()).sum())
+        test_bins = homophily_bins(c)[minor & c.test_mask]
+        for code, name in enumerate(HOMOPHILY_BINS):
+            bins[name] += int((test_bins == code).sum())
     return {"majority": statistics.fmean(h_major), "minority": statistics.fmean(h_minor),
             "minority_share": n_minor / n_nodes, **bins}
 

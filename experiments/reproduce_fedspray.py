@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from privfgl.evaluation import HOMOPHILY_BINS
 from privfgl.experiment import RunConfig, run
 
 STANDIN_CLIENTS = {"sbm-pubmed": 7, "sbm-wikics": 12, "sbm-physics": 12}
@@ -88,7 +89,7 @@ def pct(values: list[float]) -> str:
 def by_homophily(res: list[dict]) -> str:
     """Minority accuracy per homophily bin, mean over runs, with the mean number of test nodes."""
     cells = []
-    for name in ("low", "high", "isolated"):
+    for name in HOMOPHILY_BINS:
         accs = [r["minority_by_homophily"][name]["acc"] for r in res if r["minority_by_homophily"][name]["n"]]
         n = statistics.fmean(r["minority_by_homophily"][name]["n"] for r in res)
         cells.append(f"{pct(accs) if accs else '—'} [{n:.0f}]")

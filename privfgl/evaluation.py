@@ -42,13 +42,10 @@ class RoundTracker:
         self.y = torch.cat([c.y for c in clients])
         self.val_mask = torch.cat([c.val_mask for c in clients])
         self.test_mask = torch.cat([c.test_mask for c in clients])
-        # majority training class per client (-1 without training nodes: all its test nodes are minority)
-        majority = []
-        for c in clients:
-            counts = torch.bincount(c.y[c.train_mask], minlength=num_classes)
-            majority.append(int(counts.argmax()) if int(counts.sum()) else -1)
-        self.minority_mask = self.test_mask & (self.y != torch.tensor(majority)[self.client])
-        self.homophily_bin = torch.cat([_homophily_bins(c) for c in clients])
+        majority = torch.tensor([majority_training_class(c, num_classes) for c in clients])
+        self.minority_mask = self.test_mask & (self.y != majority[self.client])
+        bins = torch.cat([homophily_bins(c) for c in clients])
+        self.minority_by_bin = {name: self.minority_mask & (bins == code) for code, name in enumerate(HOMOPHILY_BINS)}
         self.history: list[dict] = []
         self.best: dict | None = None
 
@@ -69,11 +66,8 @@ class RoundTracker:
                                           minlength=self.num_clients).long()
         pooled = test.sum(0)
         correct = pred == self.y
-        by_homophily = {}
-        for code, name in enumerate(HOMOPHILY_BINS):
-            mask = minority & (self.homophily_bin == code)
-            n = int(mask.sum())
-            by_homophily[name] = {"n": n, "acc": float(correct[mask].double().mean()) if n else None}
+        by_homophily = {name: {"n": int(mask.sum()), "acc": float(correct[mask].double().mean()) if bool(mask.any()) else None}
+                        for name, mask in self.minority_by_bin.items()}
         entry = {"round": round, "stage": stage,
                  "val_acc": weighted_mean(val_acc, self.weights), "test_acc": weighted_mean(test_acc, self.weights),
                  "test_acc_micro": float(accuracy(pooled)),
@@ -124,7 +118,14 @@ class RoundTracker:
 HOMOPHILY_BINS = ("low", "high", "isolated")  # h < 0.5, h >= 0.5, no neighbour
 
 
-def _homophily_bins(client: Data) -> torch.Tensor:
+def majority_training_class(client: Data, num_classes: int) -> int:
+    """The client's most frequent class among its training nodes (ties: the lowest class); -1
+    without training nodes (then all its test nodes are minority nodes)."""
+    counts = torch.bincount(client.y[client.train_mask], minlength=num_classes)
+    return int(counts.argmax()) if int(counts.sum()) else -1
+
+
+def homophily_bins(client: Data) -> torch.Tensor:
     """Per node of ``client``: 0 if its homophily h_i < 0.5, 1 if h_i >= 0.5, 2 without a neighbour
     (a client without ``edge_index`` has only isolated nodes). int64 [n]."""
     h = node_homophily(client.y, getattr(client, "edge_index", None), int(client.num_nodes))
