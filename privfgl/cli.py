@@ -79,6 +79,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--config", help="JSON or YAML file of settings (keys as in the run record's config); flags override it")
     a("--out", help="write the run record (JSON) here")
     a("--no-progress", action="store_true", help="no progress bar")
+    a("--threads", type=int, help="CPU threads for torch (default: torch's, i.e. the cores); a run is bit-identical "
+                                  "per seed at the same thread count (the record's config.threads)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

@@ -66,6 +66,9 @@ class RunConfig:
     download: bool = True
     transcript: str = "last"
     progress: bool = True
+    threads: int | None = None  # torch's CPU threads for the run (None: as set, torch's default). Float sums
+                                # depend on it, so runs are bit-identical per seed only at the same count;
+                                # the record's config.threads is the count used.
 
     def validate(self) -> None:
         def bad(name, value, valid):
@@ -84,6 +87,8 @@ class RunConfig:
             bad("device", self.device, "cpu, cuda, cuda:N")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
+        if self.threads is not None and self.threads < 1:
+            bad("threads", self.threads, "an integer >= 1, or unset for torch's default")
         for name in ("clients", "rounds", "hidden", "layers"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
@@ -163,15 +168,23 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
 def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
     """Run one experiment; returns the run record (DESIGN.md schema) and the setup (transcript inside)."""
     start = time.perf_counter()
-    setup = build_setup(cfg, data)
-    seed_everything(cfg.seed)
+    cfg.validate()  # before touching the thread count
+    threads_before = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    threads = torch.get_num_threads()
     try:
-        METHODS[cfg.method](setup)
+        setup = build_setup(cfg, data)
+        seed_everything(cfg.seed)
+        try:
+            METHODS[cfg.method](setup)
+        finally:
+            setup.federation.protocol.close()  # e.g. stop crypten's party processes
     finally:
-        setup.federation.protocol.close()  # e.g. stop crypten's party processes
+        torch.set_num_threads(threads_before)
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
-    config = {**dataclasses.asdict(cfg), "split": list(cfg.split), "dataset_name": setup.extras["dataset_name"],
+    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split), "dataset_name": setup.extras["dataset_name"],
               "protocol_params": params,
               "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},
               "versions": _versions()}

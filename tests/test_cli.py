@@ -28,6 +28,18 @@ def test_run_writes_the_record_and_prints_a_table(planetoid_root, tmp_path, caps
     assert "test_acc" in stdout and "fedavg" in stdout
 
 
+def test_threads_are_recorded_and_restored_after_the_run(planetoid_root, tmp_path, capsys):
+    import torch
+    before = torch.get_num_threads()
+    out = tmp_path / "r.json"
+    args = ("run", "--method", "fedavg", "--dataset", "cora", "--clients", "3", "--rounds", "1", "--data-root",
+            str(planetoid_root), "--offline", "--no-progress", "--out", str(out))
+    assert run_cli(capsys, *args, "--threads", "1")[0] == 0
+    assert json.loads(out.read_text())["config"]["threads"] == 1 and torch.get_num_threads() == before
+    assert run_cli(capsys, *args)[0] == 0
+    assert json.loads(out.read_text())["config"]["threads"] == before
+
+
 def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("method: local\nclients: 3\nrounds: 2\nsplit: [0.3, 0.3, 0.4]\n")
@@ -47,6 +59,7 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--split", "0.6,0.4,0.4"], "split"),
     (["--protocol", "rot13"], "invalid protocol 'rot13'"),
     (["--evaluation", "oracle"], "invalid evaluation"),
+    (["--threads", "0"], "invalid threads 0; valid: an integer >= 1"),
 ])
 def test_bad_input_gives_one_clear_line_and_exit_code_2(planetoid_root, capsys, argv, message):
     code, _, err = run_cli(capsys, "run", "--dataset", "cora", "--data-root", str(planetoid_root), "--offline",
