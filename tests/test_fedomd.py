@@ -11,7 +11,7 @@ from privfgl.data import contextual_sbm
 from privfgl.data.splits import random_split, split_clients, stratified_split
 from privfgl.experiment import RunConfig, build_setup, effective_protocol_params, run
 from privfgl.federation import SERVER, client_name
-from privfgl.methods.fedomd import build_model
+from privfgl.methods.fedomd import build_model, row_normalize
 from privfgl.methods.fedomd_cmd import cmd, cmd_layer, global_statistics, hidden_sums, moment_sums
 from privfgl.methods.fedomd_params import resolve_params
 from privfgl.models.ortho_gcn import OrthoGCN, SparseFeatures, normalized_adjacency, oni, ortho_penalty
@@ -204,7 +204,7 @@ def test_random_split_gives_every_client_a_training_node_and_the_stratified_defa
                                          ({"cmd_bound": 0}, "cmd_bound"), ({"stats_mode": "test"}, "stats_mode"),
                                          ({"dropout": 1.0}, "dropout"), ({"stats_nodes": "some"}, "stats_nodes"),
                                          ({"oni_init_first": "maybe"}, "oni_init_first"), ({"lr": "fast"}, "lr"),
-                                         ({"select": "test_acc"}, "select")])
+                                         ({"select": "test_acc"}, "select"), ({"features": "l2"}, "features")])
 def test_bad_method_params_name_the_key_and_the_valid_values(params, key):
     with pytest.raises(ValueError, match=rf"fedomd: invalid method param {key}=.*valid: "):
         resolve_params(params)
@@ -216,6 +216,19 @@ def test_model_selection_names_its_valid_criteria():
     assert resolve_params({}).select == "val_acc" and resolve_params({"select": "val_loss"}).select == "val_loss"
     with pytest.raises(ValueError, match=r"invalid method param select='val_f1'; valid: val_acc, val_loss"):
         resolve_params({"select": "val_f1"})
+
+
+def test_row_features_divide_each_node_by_its_own_sum_and_need_non_negative_features(sbm):
+    x = torch.tensor([[1.0, 0.0, 3.0], [0.0, 0.0, 0.0], [2.0, 2.0, 0.0]])
+    assert torch.equal(row_normalize(x), torch.tensor([[0.25, 0.0, 0.75], [0.0, 0.0, 0.0], [0.5, 0.5, 0.0]]))
+    bag = sbm.clone()
+    bag.x = (sbm.x > 0).float()                                   # bag-of-words-like, non-negative
+    record, _ = run(fedomd_config(method_params={**FAST, "features": "row"}), data=bag)
+    raw, _ = run(fedomd_config(), data=bag)
+    assert record["config"]["method_params"]["features"] == "row"
+    assert record["metrics"]["val_loss"] != raw["metrics"]["val_loss"]  # the model saw other inputs
+    with pytest.raises(ValueError, match="features=row .* negative feature values; use features=raw"):
+        run(fedomd_config(method_params={**FAST, "features": "row"}), data=sbm)
 
 
 def test_bad_setups_are_refused_clearly(sbm):

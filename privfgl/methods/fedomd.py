@@ -50,6 +50,12 @@ Tensors = dict[str, torch.Tensor]
 SPARSE_BELOW = 0.1  # features with fewer non-zeros than this (bag-of-words) are kept sparse
 
 
+def row_normalize(x: torch.Tensor) -> torch.Tensor:
+    """x [N, F] >= 0 with every row divided by its sum (an all-zero row stays zero): [11]'s feature
+    preprocessing, done by each client on its own rows (nothing is communicated)."""
+    return x / x.sum(1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny)
+
+
 def _scale_after_forward(p: FedOMDParams) -> str:
     """The CMD scale still to apply to the statistics `Client.forward` kept: `bound` divided by b there."""
     return "none" if p.cmd_scale == "bound" else p.cmd_scale
@@ -60,7 +66,7 @@ class Client:
 
     def __init__(self, k: int, data, model: OrthoGCN, p: FedOMDParams, seed: int, device: torch.device):
         self.k = k
-        x = data.x.float()
+        x = row_normalize(data.x.float()) if p.features == "row" else data.x.float()
         sparse = x.numel() and float((x != 0).float().mean()) < SPARSE_BELOW
         self.x = SparseFeatures(x).to(device) if sparse else x.to(device)
         self.adj = normalized_adjacency(data.edge_index, int(data.num_nodes)).to(device)
@@ -196,10 +202,13 @@ def build_model(setup: Setup, p: FedOMDParams) -> OrthoGCN:
                     p.oni_iters, p.beta_mix, p.oni_init_first)
 
 
-def _check_setup(setup: Setup) -> None:
+def _check_setup(setup: Setup, p: FedOMDParams) -> None:
     if setup.model.layers != 2:
         raise ValueError(f"fedomd: --layers {setup.model.layers} does not apply; the model is GCNConv -> "
                          "ortho_layers x OrthoConv -> GCNConv, set the depth with --method-param ortho_layers=N")
+    if p.features == "row" and any(bool((c.x < 0).any()) for c in setup.clients):
+        raise ValueError("fedomd: features=row row-normalises non-negative (bag-of-words) features, but this dataset "
+                         "has negative feature values; use features=raw")
     empty = [k for k, c in enumerate(setup.clients) if not bool(c.train_mask.any())]
     if empty:
         raise ValueError(f"fedomd: client(s) {empty} have no training node; use --split-mode random (at least one "
@@ -216,7 +225,7 @@ def run_fedomd(setup: Setup) -> None:
     """A FedOMD run on `setup`: metrics to setup.tracker (replaced by PartyMacroTracker), bytes and
     views to setup.federation."""
     p = resolve_params(setup.method.params)
-    _check_setup(setup)
+    _check_setup(setup, p)
     fed, timer, seed, K = setup.federation, setup.federation.timer, setup.method.seed, len(setup.clients)
     device = torch.device(setup.device)
     setup.tracker = tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience, p.select)

@@ -40,6 +40,7 @@ from privfgl.methods.fedomd_eval import SELECTIONS
 STATS_NODES = ("all", "train")   # which nodes enter the moment statistics (B5 #5)
 WEIGHTS = ("nodes", "train")     # FedAvg weights λ_i ∝ |V_i| (B5 #8) or ∝ training nodes
 OPTIMIZERS = ("adam", "sgd")
+FEATURES = ("raw", "row")        # input features as loaded, or row-normalised (x / Σx per node, [11]'s preprocessing)
 STATS_MODES = ("train", "eval")  # moments of the training-mode pass (dropout on, spec B5 #5) or of a no-dropout pass
 
 # Protocol parameters FedOMD needs by default (filled in by privfgl.experiment only where the user did
@@ -75,6 +76,7 @@ class FedOMDParams:
     cmd_norm: str = "squared"    # fedomd_cmd.NORMS: squared (default, [inferred] deviation) | l2 (spec, unsquared)
     cmd_bound: float = 8.0       # public b of cmd_scale=bound ([a, b] = [0, 8]; chosen on validation, Cora M=3 seeds 0, 1)
     stats_mode: str = "train"    # see STATS_MODES
+    features: str = "raw"        # see FEATURES
     trace: int = 0               # every N rounds log activations and loss terms to stderr; 0 = off
 
 
@@ -107,6 +109,7 @@ def _check(p: FedOMDParams) -> None:
     need(p.cmd_bound > 0, "cmd_bound", "a number > 0")
     need(p.stats_mode in STATS_MODES, "stats_mode", ", ".join(STATS_MODES))
     need(p.select in SELECTIONS, "select", ", ".join(SELECTIONS))
+    need(p.features in FEATURES, "features", ", ".join(FEATURES))
     need(p.trace >= 0, "trace", "an integer >= 0")
 
 
