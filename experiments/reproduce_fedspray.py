@@ -39,11 +39,14 @@ from pathlib import Path
 
 import torch
 
+from privfgl.data import load_dataset
 from privfgl.evaluation import HOMOPHILY_BINS
 from privfgl.experiment import RunConfig, run
 
-STANDIN_CLIENTS = {"sbm-pubmed": 7, "sbm-wikics": 12, "sbm-physics": 12}
-STANDIN_PAPER = {"sbm-pubmed": "PubMed", "sbm-wikics": "WikiCS", "sbm-physics": "Physics"}
+STANDIN_CLIENTS = {"sbm-pubmed": 7, "sbm-wikics": 12, "sbm-physics": 12, "sbm-pubmed-clients": 7}
+STANDIN_PAPER = {"sbm-pubmed": "PubMed", "sbm-wikics": "WikiCS", "sbm-physics": "Physics",
+                 "sbm-pubmed-clients": "PubMed"}
+PLANTED = {"sbm-pubmed-clients"}  # stand-ins whose clients are planted (partition "planted"), not Louvain
 # Paper Table 2, GCN backbone, overall / minority accuracy in % (spec A4); context for the stand-ins only.
 PAPER_GCN = {
     "PubMed": {"local": (87.49, 51.00), "fedavg": (87.06, 55.77), "fedspray": (87.71, 62.12)},
@@ -63,7 +66,7 @@ VARIANTS = {
 
 def config(variant: str, dataset: str, seed: int, protocol: str, args) -> RunConfig:
     standin = dataset in STANDIN_CLIENTS
-    common = dict(dataset=dataset, partition="louvain" if standin else args.partition,
+    common = dict(dataset=dataset, partition=partition_of(dataset, args),
                   clients=STANDIN_CLIENTS.get(dataset, args.clients), rounds=args.rounds, split=(0.4, 0.3, 0.3),
                   seed=seed, protocol=protocol, data_root=args.data_root, progress=False, transcript="none",
                   model=args.model)
@@ -71,6 +74,19 @@ def config(variant: str, dataset: str, seed: int, protocol: str, args) -> RunCon
     if spec["method"] == "fedspray" and args.method_param:  # extra FedSpray settings (e.g. a λ1 sweep)
         spec["method_params"] = {**spec.get("method_params", {}), **dict(kv.split("=", 1) for kv in args.method_param)}
     return RunConfig(**{**common, **spec})
+
+
+def partition_of(dataset: str, args) -> str:
+    if dataset in PLANTED:
+        return "planted"
+    return "louvain" if dataset in STANDIN_CLIENTS else args.partition
+
+
+def load_standin(dataset: str, args):
+    """The stand-in graph with --feature-signal applied (None: load by name inside run)."""
+    if args.feature_signal is None or dataset not in STANDIN_CLIENTS:
+        return None
+    return load_dataset(dataset, seed=0, feature_signal=args.feature_signal)
 
 
 def variant_name(variant: str, args) -> str:
@@ -109,6 +125,8 @@ def main() -> None:
     ap.add_argument("--protocols", nargs="+", default=["plain"])
     ap.add_argument("--method-param", action="append", default=[], metavar="KEY=VALUE",
                     help="extra FedSpray setting for the fedspray* variants (repeatable), e.g. lambda1=2")
+    ap.add_argument("--feature-signal", type=float, default=None,
+                    help="stand-ins only: the class-mean norm of the features (default: the preset's)")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--out", default="runs/fedspray.md", help="Markdown table")
     ap.add_argument("--json", default=None, help="also write every run's summary here")
@@ -118,13 +136,14 @@ def main() -> None:
     rows, runs = [], []
     for dataset in args.datasets:
         standin = dataset in STANDIN_CLIENTS
+        data = load_standin(dataset, args)
         for variant in args.variants:
             for protocol in args.protocols:
                 res = []
                 for seed in args.seeds:
                     cfg = config(variant, dataset, seed, protocol, args)
                     start = time.perf_counter()
-                    record, _ = run(cfg)
+                    record, _ = run(cfg, data=data)
                     m, cost = record["metrics"], record["cost"]
                     res.append({"dataset": dataset, "standin": standin, "variant": variant_name(variant, args),
                                 "protocol": protocol, "seed": seed, "val_acc": m["val_acc"],
@@ -137,7 +156,9 @@ def main() -> None:
                     print(json.dumps(res[-1]), flush=True)
                 runs += res
                 name = f"{dataset} (stand-in for {STANDIN_PAPER[dataset]})" if standin else dataset
-                part = "louvain" if standin else args.partition
+                if standin and args.feature_signal is not None:
+                    name += f", feature_signal={args.feature_signal}"
+                part = partition_of(dataset, args)
                 rows.append([name, part, str(STANDIN_CLIENTS.get(dataset, args.clients)), variant_name(variant, args), protocol,
                              pct([r["acc_micro"] for r in res]), pct([r["minority"] for r in res]),
                              pct([r["acc_macro"] for r in res]), pct([r["minority_macro"] for r in res]),

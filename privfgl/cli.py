@@ -175,8 +175,8 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _synthetic_names() -> list[str]:
-    from privfgl.data import SYNTHETIC_PRESETS
-    return [f"sbm-{n}" if not n.startswith("sbm") else n for n in SYNTHETIC_PRESETS]
+    from privfgl.data import CLIENT_PRESETS, SYNTHETIC_PRESETS
+    return [f"sbm-{n}" if not n.startswith("sbm") else n for n in (*SYNTHETIC_PRESETS, *CLIENT_PRESETS)]
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from torch_geometric.utils import remove_self_loops, subgraph, to_undirected
 
 from privfgl.data.errors import DataError
 
-PARTITIONS = ("louvain", "metis", "louvain+", "metis+", "dirichlet")
+PARTITIONS = ("louvain", "metis", "louvain+", "metis+", "dirichlet", "planted")
 
 # method -> its parameters and their defaults (min_size=None means min(10, N // K)).
 PARTITION_PARAMS: dict[str, dict] = {
@@ -44,6 +44,7 @@ PARTITION_PARAMS: dict[str, dict] = {
     "louvain+": {"resolution": 1.0, "delta": 20, "num_groups": 100},
     "metis+": {"num_groups": 100},
     "dirichlet": {"alpha": 0.5, "min_size": None},
+    "planted": {},
 }
 
 _CACHE_FORMAT = 1  # bump when an algorithm changes, so old cache entries are not reused
@@ -85,7 +86,9 @@ def partition_nodes(
         if cached is not None:
             return cached
 
-    if num_clients == 1:
+    if key == "planted":
+        parts = _planted(data, num_clients)
+    elif num_clients == 1:
         parts = [np.arange(num_nodes)]
     elif key == "louvain":
         parts = _pack(_louvain(data, seed, params["resolution"]), num_clients, num_nodes, params["delta"])
@@ -224,6 +227,20 @@ def _pack(communities: list[list[int]], num_owners: int, num_nodes: int, delta: 
             target = min(range(num_owners), key=lambda k: len(owners[k]))
         owners[target].extend(group)
     return owners
+
+
+def _planted(data: Data, num_clients: int) -> list[np.ndarray]:
+    """The graph's own clients (``data.client`` [N], e.g. the sbm-pubmed-clients stand-in)."""
+    client = getattr(data, "client", None)
+    if client is None:
+        raise DataError(f"partition 'planted' needs a graph with planted clients (data.client), such as "
+                        f"sbm-pubmed-clients; {_dataset_name(data)!r} has none")
+    planted = int(client.max()) + 1
+    if num_clients != planted:
+        raise DataError(f"partition 'planted': {_dataset_name(data)!r} has {planted} planted clients, "
+                        f"got num_clients={num_clients}; use --clients {planted}")
+    client = client.numpy()
+    return [np.flatnonzero(client == k) for k in range(planted)]
 
 
 def _metis(data: Data, num_parts: int, seed: int) -> list[np.ndarray]:

@@ -9,15 +9,16 @@ import pytest
 import torch
 
 import privfgl.data.partition as partition_module
-from privfgl.data import PARTITIONS, DataError, client_subgraphs, contextual_sbm, partition_nodes
+from privfgl.data import PARTITIONS, DataError, client_csbm, client_subgraphs, contextual_sbm, partition_nodes
 
 K = 10
+GRAPH_PARTITIONS = [m for m in PARTITIONS if m != "planted"]  # "planted" reads clients a graph carries
 
 
 @pytest.fixture(scope="module")
 def cora_parts(cora):
     """method -> Cora parts for K=10, seed 0 (computed once)."""
-    return {m: partition_nodes(cora, m, K, seed=0) for m in PARTITIONS}
+    return {m: partition_nodes(cora, m, K, seed=0) for m in GRAPH_PARTITIONS}
 
 
 def assert_partition(parts, num_nodes, num_clients):
@@ -43,7 +44,7 @@ def label_js(data, parts) -> float:
     return total / len(parts)
 
 
-@pytest.mark.parametrize("method", PARTITIONS)
+@pytest.mark.parametrize("method", GRAPH_PARTITIONS)
 def test_valid_and_deterministic_on_cora(cora, cora_parts, method):
     assert_partition(cora_parts[method], cora.num_nodes, K)
     partition_nodes(cora, method, K, seed=1)  # another seed in between must not matter
@@ -51,12 +52,12 @@ def test_valid_and_deterministic_on_cora(cora, cora_parts, method):
     assert all(torch.equal(a, b) for a, b in zip(cora_parts[method], again))
 
 
-@pytest.mark.parametrize("method", PARTITIONS)
+@pytest.mark.parametrize("method", GRAPH_PARTITIONS)
 def test_valid_on_citeseer_with_isolated_nodes(citeseer, method):
     assert_partition(partition_nodes(citeseer, method, 5, seed=2), citeseer.num_nodes, 5)
 
 
-@pytest.mark.parametrize("method", PARTITIONS)
+@pytest.mark.parametrize("method", GRAPH_PARTITIONS)
 def test_small_graphs_and_edge_cases(method):
     data = contextual_sbm(120, 3, 4, seed=0)
     for k in (1, 3, 7):
@@ -161,6 +162,17 @@ def test_client_subgraphs_rejects_bad_ids(cora):
 def test_bad_input(cora, method, k, params, match):
     with pytest.raises(DataError, match=match):
         partition_nodes(cora, method, k, **params)
+
+
+def test_planted_partition_returns_the_graphs_own_clients_and_names_what_is_missing(cora):
+    data = client_csbm([[5, 20, 1], [30, 2, 2], [0, 3, 40]], [0.9] * 3, [0.3] * 3, num_features=4, seed=0)
+    parts = partition_nodes(data, "planted", 3)
+    assert_partition(parts, data.num_nodes, 3)
+    assert [torch.bincount(data.y[p], minlength=3).tolist() for p in parts] == [[5, 20, 1], [30, 2, 2], [0, 3, 40]]
+    with pytest.raises(DataError, match="has 3 planted clients, got num_clients=4; use --clients 3"):
+        partition_nodes(data, "planted", 4)
+    with pytest.raises(DataError, match="needs a graph with planted clients"):
+        partition_nodes(cora, "planted", K)
 
 
 def test_unreachable_dirichlet_min_size_is_reported():

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from privfgl.data import SYNTHETIC_PRESETS, DataError, contextual_sbm
+from privfgl.data import CLIENT_PRESETS, SYNTHETIC_PRESETS, DataError, client_csbm, contextual_sbm, load_dataset
+from privfgl.metrics import node_homophily
 
 
 def edge_homophily(data) -> float:
@@ -76,3 +77,42 @@ def test_bad_arguments(kwargs, match):
     args = {"num_nodes": 10, "num_classes": 2, "num_features": 3, **kwargs}
     with pytest.raises(DataError, match=match):
         contextual_sbm(**args)
+
+
+def test_planted_clients_have_their_label_counts_their_own_edges_and_the_asked_homophily():
+    counts = [[40, 900, 60], [700, 150, 150]]
+    data = client_csbm(counts, [0.95, 0.9], [0.2, 0.5], num_features=8, avg_degree=6.0, seed=0)
+    again = client_csbm(counts, [0.95, 0.9], [0.2, 0.5], num_features=8, avg_degree=6.0, seed=0)
+    assert torch.equal(data.edge_index, again.edge_index) and torch.equal(data.x, again.x)
+    for k in range(2):
+        assert torch.bincount(data.y[data.client == k], minlength=3).tolist() == counts[k]
+    src, dst = data.edge_index
+    assert torch.equal(data.client[src], data.client[dst])          # no edge between clients
+    h = node_homophily(data.y, data.edge_index, data.num_nodes)
+    for k, majority, (h_major, h_minor) in ((0, 1, (0.95, 0.2)), (1, 0, (0.9, 0.5))):
+        mine = (data.client == k) & ~torch.isnan(h)
+        major, minor = mine & (data.y == majority), mine & (data.y != majority)
+        assert float(h[major].mean()) == pytest.approx(h_major, abs=0.05)
+        # undirected: majority nodes' off-class edges and same-class minority edges also land on them
+        assert float(h[minor].mean()) == pytest.approx(h_minor, abs=0.1)
+
+
+def test_the_pubmed_clients_stand_in_has_the_papers_client_sizes():
+    data = load_dataset("sbm-pubmed-clients")
+    sizes = torch.bincount(data.client).tolist()
+    assert sizes == [1768, 1415, 2287, 1333, 1300, 1401, 1754]     # FedSpray README Table 4
+    assert data.x.shape == (11258, 500) and data.num_classes == 3
+    assert CLIENT_PRESETS["sbm-pubmed-clients"]["homophily_minority"][2] == 0.17   # paper Table 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(label_counts=[[1, -1]]), "non-negative class counts"),
+    (dict(label_counts=[[0, 0], [1, 1]]), "at least one node"),
+    (dict(homophily_majority=[0.9]), r"homophily_majority: expected 2 values in \[0, 1\]"),
+    (dict(homophily_minority=[0.3, 1.5]), "homophily_minority"),
+])
+def test_bad_planted_client_arguments(kwargs, match):
+    args = dict(label_counts=[[3, 1], [1, 3]], homophily_majority=[0.9, 0.9], homophily_minority=[0.3, 0.3],
+                num_features=2)
+    with pytest.raises(DataError, match=match):
+        client_csbm(**{**args, **kwargs})
