@@ -27,7 +27,10 @@ Variants: fedspray (paper defaults), fedspray-code (the authors' code choices: `
 fedspray-l1 (paper defaults with the code's λ1 = 1), fedspray-valacc (paper defaults, round selected
 by weighted validation accuracy as FedAvg's), fedavg (privfgl defaults: lr 0.01, dropout
 0.5, weight decay 5e-4, 3 local epochs), fedavg-matched (FedSpray's GNN settings: lr 0.003, no
-dropout or weight decay, 5 local epochs), local (privfgl defaults).
+dropout or weight decay, 5 local epochs), local (privfgl defaults); FedAvg is scored, as every
+privfgl baseline, on each client's model right after its local training (`--evaluation
+local_model`, OpenFGL's convention): fedavg-global and fedavg-matched-global score the aggregated
+global model instead (`--evaluation global_model`, plain FedAvg).
 """
 from __future__ import annotations
 
@@ -60,6 +63,9 @@ VARIANTS = {
     "fedspray-valacc": dict(method="fedspray", method_params={"selection": "val_acc"}),
     "fedavg": dict(method="fedavg"),
     "fedavg-matched": dict(method="fedavg", lr=0.003, local_epochs=5, dropout=0.0, weight_decay=0.0),
+    "fedavg-global": dict(method="fedavg", evaluation="global_model"),
+    "fedavg-matched-global": dict(method="fedavg", lr=0.003, local_epochs=5, dropout=0.0, weight_decay=0.0,
+                                  evaluation="global_model"),
     "local": dict(method="local"),
 }
 
