@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -74,7 +75,7 @@ def _vs_paper(values: list[float], paper: tuple[float, float] | None) -> str:
     if not paper or not values:
         return "- | -"
     delta, p = welch_vs_paper(values, paper)
-    return f"{delta:+.2f} | {p:.2f}"
+    return f"{delta:+.2f} | {'-' if math.isnan(p) else f'{p:.2f}'}"  # one run: no test
 
 
 def table(rows: list[dict], method_params: dict) -> str:
