@@ -22,6 +22,9 @@ and Local by node-weighted validation accuracy (privfgl's default).
         --out runs/fedspray-standins.md
     python experiments/reproduce_fedspray.py --datasets sbm-physics --rounds 50 --seeds 0 --variants fedspray fedavg local \
         --out runs/fedspray-physics.md   # 34,493 x 8,415 dense features: ~50 rounds fit a 2-core CPU
+    python experiments/reproduce_fedspray.py --datasets sbm-pubmed-clients --variants fedspray fedspray-code \
+        fedavg fedavg-matched local fedavg-global fedavg-matched-global [--feature-signal 1.0] \
+        --out runs/fedspray-pubmed-clients.md   # the paper's 7 PubMed clients planted (partition "planted")
 
 Variants: fedspray (paper defaults), fedspray-code (the authors' code choices: `preset=code`),
 fedspray-l1 (paper defaults with the code's λ1 = 1), fedspray-valacc (paper defaults, round selected
@@ -71,7 +74,6 @@ VARIANTS = {
 
 
 def config(variant: str, dataset: str, seed: int, protocol: str, args) -> RunConfig:
-    standin = dataset in STANDIN_CLIENTS
     common = dict(dataset=dataset, partition=partition_of(dataset, args),
                   clients=STANDIN_CLIENTS.get(dataset, args.clients), rounds=args.rounds, split=(0.4, 0.3, 0.3),
                   seed=seed, protocol=protocol, data_root=args.data_root, progress=False, transcript="none",
@@ -89,7 +91,8 @@ def partition_of(dataset: str, args) -> str:
 
 
 def load_standin(dataset: str, args):
-    """The stand-in graph with --feature-signal applied (None: load by name inside run)."""
+    """The stand-in graph with --feature-signal applied (None: `run` loads it by name); seed 0, as `run`
+    generates a synthetic dataset."""
     if args.feature_signal is None or dataset not in STANDIN_CLIENTS:
         return None
     return load_dataset(dataset, seed=0, feature_signal=args.feature_signal)

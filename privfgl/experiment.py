@@ -184,7 +184,8 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
         torch.set_num_threads(threads_before)
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
-    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split), "dataset_name": setup.extras["dataset_name"],
+    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split),
+              "dataset_name": setup.extras["dataset_name"],
               "protocol_params": params,
               "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},
               "versions": _versions()}
