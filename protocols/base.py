@@ -15,6 +15,8 @@ import torch
 
 # Unit roundoff of float64.
 FLOAT64_U = 2.0**-53
+INT64_MAX = 2**63 - 1
+_UNSIGNED_WIDE = (torch.uint64,)  # unsigned dtypes whose values can exceed int64
 
 
 class ProtocolError(ValueError):
@@ -25,29 +27,77 @@ class PartyFailure(ProtocolError, RuntimeError):
     """A party process died, hung or failed; raised within the protocol's timeout."""
 
 
+SERVER = "server"
+REVEAL_TO = ("server", "clients")
+
+
+def client(k: int) -> str:
+    """The party name of client k ("client0", "client1", ...), as the runtime names it."""
+    return f"client{k}"
+
+
+@dataclass
+class Transfer:
+    """One message a protocol sent, as it crossed the wire.
+
+    sender, receiver: party names ("client3", "server").
+    step:   "setup" (public parameters or key, first use), "input" (a client's protected upload),
+            "share" (a secret share between clients), "aggregate" (HE: the server's sum ciphertexts
+            to the key holder), "reveal" (opening traffic: summed shares, or the decrypted sum).
+    kind:   "plaintext", "ciphertext", "share", "parameters", "public_key" or "aggregate" (a sum).
+    nbytes: bytes on the wire.
+    blobs:  the serialized objects themselves (SEAL ciphertexts/keys/parameters, little-endian
+            int64 share vectors), so that an auditor can attack exactly what was received.
+    tensor: the plaintext payload (plain uploads, a revealed sum), else None.
+    """
+
+    sender: str
+    receiver: str
+    step: str
+    kind: str
+    nbytes: int
+    blobs: tuple[bytes, ...] = ()
+    tensor: torch.Tensor | None = field(default=None, repr=False)
+
+
 @dataclass
 class AggregationResult:
-    """What one secure sum produced and cost.
+    """What one secure sum produced, sent and cost.
 
-    total:       revealed sum, same shape as the inputs; float64, or int64 when the inputs are
-                 integer and the backend sums them exactly (plain, crypten, bfv; ckks stays float64).
-    server_view: one dict per message the server received. plain: {"party": k, "kind":
-                 "plaintext", "tensor", "bytes"}; secure backends only opaque blobs {"party": k,
-                 "kind": "ciphertext"|"share", "bytes", "step": "input"|"reveal"} (ckks/bfv add
-                 "ciphertexts", the count); all end with {"party": "reveal", "kind": "aggregate",
-                 "tensor": total, "bytes"}.
-    bytes_up:    bytes each client sent, per client.
-    bytes_down:  bytes each client received inside the protocol, per client.
-    phases:      seconds: "protect" (encode/encrypt/share), "aggregate" (server), "reveal".
-    error_bound: documented max abs error of ``total`` vs the exact sum of these inputs.
+    total:          revealed sum, same shape as the inputs; float64, or int64 when the inputs are
+                    integer and the backend sums them exactly (plain, crypten, bfv).
+    transfers:      every message of the protocol with its real sender and receiver, in order.
+    num_clients:    K.
+    opened_by:      the parties that learn ``total`` (the server, or the clients only).
+    phases:         seconds: "protect" (encode/encrypt/share), "aggregate" (server), "reveal".
+    error_bound:    documented max abs error of ``total`` vs the exact sum of these inputs.
+    server_context: what the server holds besides the messages (HE: its serialized public
+                    encryption parameters), or None.
+    details:        backend facts worth recording (e.g. the CKKS reveal mode and grid).
     """
 
     total: torch.Tensor
-    server_view: list[dict] = field(repr=False)
-    bytes_up: list[int]
-    bytes_down: list[int]
+    transfers: list[Transfer] = field(repr=False)
+    num_clients: int
+    opened_by: tuple[str, ...]
     phases: dict[str, float]
     error_bound: float
+    server_context: bytes | None = field(default=None, repr=False)
+    details: dict = field(default_factory=dict)
+
+    def received(self, party: str) -> list[Transfer]:
+        """The transfers ``party`` received, in order (the server's view: ``received("server")``)."""
+        return [t for t in self.transfers if t.receiver == party]
+
+    @property
+    def bytes_up(self) -> list[int]:
+        """Bytes each client sent (to the server and to other clients), per client."""
+        return [sum(t.nbytes for t in self.transfers if t.sender == client(k)) for k in range(self.num_clients)]
+
+    @property
+    def bytes_down(self) -> list[int]:
+        """Bytes each client received inside the protocol, per client."""
+        return [sum(t.nbytes for t in self.transfers if t.receiver == client(k)) for k in range(self.num_clients)]
 
 
 class Protocol(ABC):
@@ -55,22 +105,22 @@ class Protocol(ABC):
 
     name: str
 
-    def aggregate(self, contributions: list[torch.Tensor]) -> AggregationResult:
-        """Sum ``contributions`` (K tensors of one shape) and reveal the sum to the server."""
+    def aggregate(self, contributions: list[torch.Tensor], reveal_to: str = "server") -> AggregationResult:
+        """Sum ``contributions`` (K tensors of one shape) and open the sum to ``reveal_to``:
+        "server" (default) or "clients" (every client opens it; the server never learns it)."""
+        if reveal_to not in REVEAL_TO:
+            raise ProtocolError(f"reveal_to: expected one of {', '.join(REVEAL_TO)}, got {reveal_to!r}")
         values, integer = check_contributions(contributions)
         shape = contributions[0].shape
-        result = self._aggregate([x.reshape(-1) for x in values], integer)
+        result = self._aggregate([x.reshape(-1) for x in values], integer, reveal_to)
         result.total = result.total.reshape(shape)
-        for entry in result.server_view:
-            if entry["party"] == "reveal":
-                entry["tensor"] = result.total.clone()
         return result
 
     @abstractmethod
-    def _aggregate(self, values: list[torch.Tensor], integer: bool) -> AggregationResult:
+    def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         """values: K flat (1-D) CPU tensors, int64 if ``integer`` else float64, finite, same length.
 
-        Returns the flat total; ``aggregate`` restores the shape (also in the reveal view entry).
+        Returns the flat total; ``aggregate`` restores the shape.
         """
 
     def close(self) -> None:
@@ -81,6 +131,17 @@ class Protocol(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def opened_by(reveal_to: str, num_clients: int) -> tuple[str, ...]:
+    """The parties that learn the sum when it is opened to ``reveal_to``."""
+    return (SERVER,) if reveal_to == "server" else tuple(client(k) for k in range(num_clients))
+
+
+def array_bytes(x: np.ndarray | torch.Tensor) -> bytes:
+    """A numeric vector as it is sent: little-endian bytes of its elements."""
+    a = x.numpy() if isinstance(x, torch.Tensor) else x
+    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def check_contributions(contributions: list[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
@@ -121,6 +182,11 @@ def check_contributions(contributions: list[torch.Tensor]) -> tuple[list[torch.T
     for k, x in enumerate(contributions):
         x = x.detach().cpu()
         if integer:
+            if x.dtype in _UNSIGNED_WIDE and int(x.numpy().max()) > INT64_MAX:  # would wrap to negative int64
+                raise ProtocolError(
+                    f"contributions[{k}] ({x.dtype}) has values >= 2^63, outside the int64 range of the "
+                    "integer sum; scale the inputs down"
+                )
             values.append(x.to(torch.int64))
             continue
         x = x.to(torch.float64)
@@ -161,10 +227,18 @@ def max_abs_value(x: torch.Tensor) -> float:
 
 
 def float64_sum(values: list[torch.Tensor]) -> torch.Tensor:
-    """Left-to-right float64 sum of the K tensors (the reference used by ``plain``)."""
+    """Left-to-right float64 sum of the K tensors (the reference used by ``plain``).
+
+    Raises ProtocolError when the sum overflows float64 (never returns inf for finite inputs)."""
     total = values[0].to(torch.float64).numpy().copy()
-    for x in values[1:]:
-        total += x.numpy()
+    with np.errstate(over="ignore"):
+        for x in values[1:]:
+            total += x.numpy()
+    if not np.isfinite(total).all():
+        raise ProtocolError(
+            f"contributions: the float64 sum overflows (|sum| > {np.finfo(np.float64).max:.3g}) in "
+            f"{int((~np.isfinite(total)).sum())} elements; scale the inputs down"
+        )
     return torch.from_numpy(total)
 
 

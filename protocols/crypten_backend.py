@@ -4,16 +4,20 @@ Parties: K clients (0..K-1) and the server (K), simulated in one process. Client
 tensor as int64 round(x * 2^p) (CrypTen's encoder via ``crypten_compat``), splits it into K+1
 additive shares (K uniformly random int64 tensors and one correction share; arithmetic mod 2^64
 by int64 wraparound), keeps one and sends one to every other party. Each party sums the shares it
-holds; at the reveal the clients send their summed shares to the server, which opens the sum.
+holds; at the reveal the clients send their summed shares to the server, which opens the sum
+(``reveal_to="clients"``: every party sends its summed share to every client, the server too, and
+the clients open the sum; the server then holds one summed share, which is uniform).
 
 Encoding range: every value and every per-element sum must satisfy |x| <= 2^(62-p) (2^46 ~ 7e13
 at p=16); outside it ProtocolError is raised (never a silent wrap).
 Error bound: K * 2^-(p+1) (rounding each input to the 2^-p grid) + (|sum| + that) * 2^-53 (the
 float64 decode); integer inputs are exact and come back as int64.
-Bytes (n values): client k sends K shares of 8n bytes plus its summed share (8n) at the reveal,
-and receives K-1 shares (8n each) from the other clients.
-The share randomness is numpy's PCG64, seeded from the OS (128 bits) unless ``seed`` is given:
-a faithful simulation of the protocol, not a hardened cryptographic implementation.
+Bytes (n values): client k sends K shares of 8n bytes (K-1 to the other clients, one to the
+server) plus its summed share (8n) at the reveal, and receives K-1 shares (8n each) from the
+other clients. Every share is booked to its real sender and receiver, and the transfers hold the
+share bytes themselves (little-endian int64), so the server's view is exactly what it received.
+Shares are drawn from ``os.urandom`` (the OS's CSPRNG) unless ``seed`` is given, which switches
+to a seeded numpy PCG64 for reproducible tests (not a cryptographic source).
 
 The multi-process mode (``crypten_multiprocess``) opens exactly the same ring sum, so both modes
 return bitwise-equal totals for equal inputs.
@@ -21,7 +25,7 @@ return bitwise-equal totals for equal inputs.
 
 from __future__ import annotations
 
-import secrets
+import os
 import time
 
 import numpy as np
@@ -30,9 +34,14 @@ import torch
 from protocols import crypten_compat
 from protocols.base import (
     FLOAT64_U,
+    SERVER,
     AggregationResult,
     Protocol,
     ProtocolError,
+    Transfer,
+    array_bytes,
+    client,
+    opened_by,
     check_range,
     float64_sum,
     max_abs_value,
@@ -82,16 +91,17 @@ def fixed_point_error_bound(num_clients: int, precision_bits: int, total: torch.
     return rounding + (max_abs_value(total) + rounding) * FLOAT64_U
 
 
-def secure_view(num_clients: int, share_bytes: int, total: torch.Tensor, reveal_bytes: int) -> list[dict]:
-    """Server view of a share-based sum: one input share and one summed share per client."""
-    view = [{"party": k, "kind": "share", "step": "input", "bytes": share_bytes} for k in range(num_clients)]
-    view += [{"party": k, "kind": "share", "step": "reveal", "bytes": share_bytes} for k in range(num_clients)]
-    view.append({"party": "reveal", "kind": "aggregate", "tensor": total.clone(), "bytes": reveal_bytes})
-    return view
+def random_ring_elements(n: int, rng: np.random.Generator | None) -> np.ndarray:
+    """n uniform elements of Z_2^64 as int64: from the OS's CSPRNG (os.urandom), or from ``rng``
+    (a seeded numpy generator: reproducible tests only, not a cryptographic source)."""
+    if rng is None:
+        return np.frombuffer(os.urandom(8 * n), dtype="<i8").astype(np.int64, copy=False)
+    return rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
 
 
 class CryptenProtocol(Protocol):
-    """In-process additive secret sharing (see module docstring). precision_bits: fractional bits."""
+    """In-process additive secret sharing (see module docstring). precision_bits: fractional bits;
+    seed: None (default) draws shares from os.urandom; an int makes them reproducible (tests)."""
 
     name = "crypten"
 
@@ -99,45 +109,53 @@ class CryptenProtocol(Protocol):
         self.precision_bits = check_precision_bits(precision_bits)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ProtocolError(f"seed: expected an int or None, got {seed!r}")
-        self._rng = np.random.Generator(np.random.PCG64(secrets.randbits(128) if seed is None else seed))
+        self._rng = None if seed is None else np.random.Generator(np.random.PCG64(seed))
 
-    def _aggregate(self, values: list[torch.Tensor], integer: bool) -> AggregationResult:
+    def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         num_clients = len(values)
-        server = num_clients
+        parties = [client(k) for k in range(num_clients)] + [SERVER]
         t0 = time.perf_counter()
         encoded = [x.numpy() for x in encode_checked(values, self.precision_bits)]
         n = encoded[0].size
-        held = [np.zeros(n, dtype=np.int64) for _ in range(num_clients + 1)]
+        held = {party: np.zeros(n, dtype=np.int64) for party in parties}
+        transfers: list[Transfer] = []
         protect = time.perf_counter() - t0
         aggregate = 0.0
         # numpy int64 arithmetic on arrays wraps modulo 2^64: exactly the ring Z_2^64.
         for k, x in enumerate(encoded):
             own = x.copy()
-            for party in range(num_clients + 1):
-                if party == k:
+            for party in parties:
+                if party == client(k):
                     continue
                 t1 = time.perf_counter()
-                share = self._rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
+                share = random_ring_elements(n, self._rng)
                 own -= share
+                step = "input" if party == SERVER else "share"
+                transfers.append(Transfer(client(k), party, step, "share", 8 * n, (array_bytes(share),)))
                 t2 = time.perf_counter()
                 held[party] += share
                 protect += t2 - t1
                 aggregate += time.perf_counter() - t2
             t3 = time.perf_counter()
-            held[k] += own
+            held[client(k)] += own
             aggregate += time.perf_counter() - t3
         t4 = time.perf_counter()
-        ring_sum = held[server].copy()
+        ring_sum = held[SERVER].copy()
         for k in range(num_clients):
-            ring_sum += held[k]
+            ring_sum += held[client(k)]
         total = decode_total(torch.from_numpy(ring_sum), self.precision_bits, integer)
         reveal = time.perf_counter() - t4
-        share_bytes = 8 * n
+        # Opening: every share holder sends its summed share to each party that opens the sum.
+        openers = opened_by(reveal_to, num_clients)
+        for sender in parties:
+            for receiver in openers:
+                if receiver != sender:
+                    transfers.append(Transfer(sender, receiver, "reveal", "share", 8 * n, (array_bytes(held[sender]),)))
         return AggregationResult(
             total=total,
-            server_view=secure_view(num_clients, share_bytes, total, 0),
-            bytes_up=[(num_clients + 1) * share_bytes] * num_clients,
-            bytes_down=[(num_clients - 1) * share_bytes] * num_clients,
+            transfers=transfers,
+            num_clients=num_clients,
+            opened_by=openers,
             phases={"protect": protect, "aggregate": aggregate, "reveal": reveal},
             error_bound=fixed_point_error_bound(num_clients, self.precision_bits, total, integer),
         )

@@ -16,7 +16,9 @@ Processes are started with multiprocessing's "spawn": a script that uses this mo
 entry point with ``if __name__ == "__main__":`` (the CLI and pytest already do).
 
 Bytes: with PRZS a client sends nothing to share its input; at the reveal it sends its summed
-share (8 bytes per value) to the server (gloo reduce); bytes_down is 0.
+share (8 bytes per value) to the server (gloo reduce); bytes_down is 0. The transfers carry sizes
+only: the share bytes travel inside gloo between the party processes. Sums open to the server
+only (``reveal_to="clients"`` raises ProtocolError; use the in-process mode for that).
 Phases: "protect" is the slowest client's encoding; "aggregate" the rest of the wall time (PRZS
 sharing, local sums, opening to the server, inter-process messages); "reveal" is inside it (0).
 """
@@ -34,13 +36,12 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
-from protocols.base import AggregationResult, PartyFailure, Protocol, ProtocolError
+from protocols.base import SERVER, AggregationResult, PartyFailure, Protocol, ProtocolError, Transfer, client
 from protocols.crypten_backend import (
     check_fixed_point_range,
     check_precision_bits,
     decode_total,
     fixed_point_error_bound,
-    secure_view,
 )
 
 
@@ -165,8 +166,11 @@ class CryptenSession(Protocol):
         self._kill()
         raise PartyFailure(f"crypten multiprocess: {message}; all party processes were killed")
 
-    def _aggregate(self, values: list[torch.Tensor], integer: bool) -> AggregationResult:
+    def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         num_clients = len(values)
+        if reveal_to != "server":
+            raise ProtocolError("reveal_to: crypten multiprocess opens sums to the server only; use "
+                                "mode=inprocess for sums that only the clients open")
         check_fixed_point_range(values, self.precision_bits)  # before any party sees data
         if num_clients != self.num_clients or not self._processes:
             self.start(num_clients)
@@ -190,13 +194,14 @@ class CryptenSession(Protocol):
         total = decode_total(torch.from_numpy(opened), self.precision_bits, integer)
         protect = max(r[1] for r in replies[:num_clients])
         share_bytes = 8 * shape[0]
-        view = secure_view(num_clients, share_bytes, total, 0)
-        view = [v for v in view if v.get("step") != "input"]  # PRZS: no input shares are sent
+        # PRZS: no input shares are sent. At the reveal each client's summed share goes to the server
+        # inside gloo's reduce (the bytes are booked here; their content stays in the party processes).
+        transfers = [Transfer(client(k), SERVER, "reveal", "share", share_bytes) for k in range(num_clients)]
         return AggregationResult(
             total=total,
-            server_view=view,
-            bytes_up=[share_bytes] * num_clients,
-            bytes_down=[0] * num_clients,
+            transfers=transfers,
+            num_clients=num_clients,
+            opened_by=(SERVER,),
             phases={"protect": protect, "aggregate": elapsed - protect, "reveal": 0.0},
             error_bound=fixed_point_error_bound(num_clients, self.precision_bits, total, integer),
         )

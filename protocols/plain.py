@@ -1,8 +1,10 @@
 """`plain`: the insecure baseline. Clients upload their tensors; the server sums them in float64.
 
 The server sees every client's tensor. Float inputs are summed left to right in float64
-(error bound gamma_{K-1} * max_elem sum_k |x_k|, about (K-1) * 2^-53 relative); integer inputs
-are summed exactly in int64 (an overflow raises ProtocolError, it never wraps).
+(error bound gamma_{K-1} * max_elem sum_k |x_k|, about (K-1) * 2^-53 relative; a sum that
+overflows float64 raises ProtocolError); integer inputs are summed exactly in int64 (an overflow
+raises ProtocolError, it never wraps). With ``reveal_to="clients"`` the server still computes the
+sum (it holds every input) and sends it to every client.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import time
 import torch
 
 from protocols.base import (
+    SERVER,
     AggregationResult,
     Protocol,
+    Transfer,
     checked_int64_sum,
+    client,
     float64_sum,
     recursive_sum_bound,
     tensor_bytes,
@@ -22,20 +27,22 @@ from protocols.base import (
 
 
 class PlainProtocol(Protocol):
-    """Sum in the clear; bytes_up[k] = numel x element size of client k's tensor as given."""
+    """Sum in the clear; client k's upload is its tensor as given (numel x element size bytes)."""
 
     name = "plain"
 
-    def aggregate(self, contributions: list[torch.Tensor]) -> AggregationResult:
-        result = super().aggregate(contributions)
+    def aggregate(self, contributions: list[torch.Tensor], reveal_to: str = "server") -> AggregationResult:
+        result = super().aggregate(contributions, reveal_to)
         # The server saw each tensor in the dtype the client sent: record it and its bytes as sent.
         for k, x in enumerate(contributions):
             sent = x.detach().cpu().clone()
-            result.server_view[k].update(tensor=sent, bytes=tensor_bytes(sent))
-            result.bytes_up[k] = tensor_bytes(sent)
+            upload = result.transfers[k]
+            upload.tensor, upload.nbytes = sent, tensor_bytes(sent)
+        for t in result.transfers[len(contributions):]:
+            t.tensor = result.total.clone()
         return result
 
-    def _aggregate(self, values: list[torch.Tensor], integer: bool) -> AggregationResult:
+    def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         t0 = time.perf_counter()
         if integer:
             total = checked_int64_sum(values, "integer")
@@ -44,14 +51,17 @@ class PlainProtocol(Protocol):
             total = float64_sum(values)
             bound = recursive_sum_bound(values)
         t1 = time.perf_counter()
-        # `aggregate` adds each client's tensor as it was sent (one copy, not two).
-        view = [{"party": k, "kind": "plaintext", "bytes": tensor_bytes(x)} for k, x in enumerate(values)]
-        view.append({"party": "reveal", "kind": "aggregate", "tensor": total.clone(), "bytes": 0})
+        # `aggregate` puts each client's tensor as it was sent into its upload.
+        transfers = [Transfer(client(k), SERVER, "input", "plaintext", tensor_bytes(x)) for k, x in enumerate(values)]
+        if reveal_to == "clients":
+            transfers += [Transfer(SERVER, client(k), "reveal", "aggregate", tensor_bytes(total))
+                          for k in range(len(values))]
+        opened = (SERVER,) + (tuple(client(k) for k in range(len(values))) if reveal_to == "clients" else ())
         return AggregationResult(
             total=total,
-            server_view=view,
-            bytes_up=[tensor_bytes(x) for x in values],
-            bytes_down=[0] * len(values),
+            transfers=transfers,
+            num_clients=len(values),
+            opened_by=opened,
             phases={"protect": 0.0, "aggregate": t1 - t0, "reveal": 0.0},
             error_bound=bound,
         )

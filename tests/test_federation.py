@@ -1,8 +1,10 @@
 """The runtime: every byte crosses the channel, and every party's view is recorded."""
+import numpy as np
 import pytest
 import torch
 
 import protocols
+from protocols.crypten_compat import encode
 from privfgl.federation import SERVER, Federation, Transcript, client_name, flatten, unflatten
 
 
@@ -76,3 +78,73 @@ def test_transcript_keeps_payloads_by_policy_and_metadata_always(keep, payload_r
 def test_unknown_transcript_policy_is_rejected():
     with pytest.raises(ValueError, match="valid: all, last, none"):
         Transcript("some")
+
+
+# --- every byte booked to its real sender and receiver ----------------------------------------
+
+
+@pytest.mark.parametrize(("name", "params"), [("plain", {}), ("crypten", {}), ("ckks", {"preset": "sum"}),
+                                              ("bfv", {"preset": "default"})])
+def test_the_channel_books_exactly_the_protocols_transfers_per_link(name, params):
+    fed = Federation(3, protocols.get_protocol(name, **params))
+    protocol_bytes = {}
+    original = fed.protocol.aggregate
+
+    def spy(contributions, reveal_to="server"):
+        result = original(contributions, reveal_to)
+        for t in result.transfers:
+            link = f"{t.sender}->{t.receiver}"
+            protocol_bytes[link] = protocol_bytes.get(link, 0) + t.nbytes
+        return result
+
+    fed.protocol.aggregate = spy
+    for r in range(2):
+        fed.aggregate(r, "update", uploads())
+    assert fed.cost()["by_link"] == {k: v for k, v in sorted(protocol_bytes.items())}
+    cost = fed.cost()
+    assert cost["bytes_up"] + cost["bytes_down"] == sum(protocol_bytes.values())
+
+
+def test_crypten_peer_shares_go_client_to_client_not_through_the_server():
+    fed = Federation(3, protocols.get_protocol("crypten"))
+    fed.aggregate(0, "update", uploads())
+    links = fed.cost()["by_link"]
+    share = 9 * 8  # one share of the 9 values
+    assert links["client0->client1"] == links["client2->client0"] == share
+    assert links["client1->server"] == 2 * share  # its input share, then its summed share at the reveal
+    assert "server->client0" not in links  # nothing comes back from the server
+    (m,) = fed.transcript.view(client_name(1), name="update:share", round=0)[:1]
+    assert m.sender == "client0" and m.kind == "share" and len(m.blobs[0]) == share
+
+
+def test_he_key_holder_sends_the_decrypted_sum_to_the_server_over_the_channel():
+    fed = Federation(3, protocols.get_protocol("ckks", preset="sum"))
+    fed.aggregate(0, "update", uploads())
+    (reveal,) = fed.transcript.view(SERVER, name="update:reveal")
+    assert (reveal.sender, reveal.kind, reveal.nbytes) == ("client0", "aggregate", 9 * 8)
+    assert fed.cost()["by_link"]["client0->server"] > 9 * 8  # its ciphertexts, the parameters, the sum
+    (aggregate,) = fed.transcript.view(client_name(0), name="update:aggregate")
+    assert aggregate.sender == SERVER and aggregate.blobs and aggregate.tensors is None
+    (context,) = fed.transcript.view(SERVER, name="update:context")
+    assert context.nbytes == 0 and context.blobs[0][:2] == b"\x5e\xa1"  # a SEAL serialization it holds
+
+
+def test_the_server_view_holds_the_bytes_it_received():
+    fed = Federation(2, protocols.get_protocol("crypten"))
+    fed.aggregate(0, "update", uploads(K=2))
+    for m in fed.transcript.view(SERVER):
+        if m.kind == "share":
+            assert m.tensors is None and sum(map(len, m.blobs)) == m.nbytes
+
+
+def test_sums_revealed_to_clients_only_never_reach_the_server_crypten():
+    """O-pFGL's server_efficient variant: the server holds only its own summed share of each sum."""
+    fed = Federation(3, protocols.get_protocol("crypten"), Transcript("all"))
+    fed.aggregate(0, "stats", uploads(), reveal_to="clients")
+    assert fed.transcript.view(SERVER, name="stats:sum") == []
+    assert fed.transcript.view(SERVER, name="stats:reveal") == []
+    assert all(fed.transcript.view(client_name(k), name="stats:sum") for k in range(3))
+    # What the server holds (its input shares) adds up to a uniform ring element, not the encoded sum.
+    held = sum(np.frombuffer(m.blobs[0], dtype="<i8").astype(np.int64) for m in fed.transcript.view(SERVER, "stats"))
+    exact = flatten({"n": torch.tensor(6.0), "w": torch.full((4, 2), 6.0)})[0]
+    assert not np.array_equal(held, encode(exact, 16).numpy())

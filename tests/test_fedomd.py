@@ -279,7 +279,7 @@ def test_crypten_gets_32_fractional_bits_unless_the_user_sets_them():
     assert effective_protocol_params(fedomd_config(protocol="crypten")) == {"precision_bits": 32}
     assert effective_protocol_params(fedomd_config(protocol="crypten", protocol_params={"precision_bits": 20})) == \
         {"precision_bits": 20}
-    assert effective_protocol_params(fedomd_config(protocol="ckks")) == {}
+    assert effective_protocol_params(fedomd_config(protocol="ckks")) == {"max_abs": 2.0**16}  # finer grid
 
 
 def test_metrics_are_the_macro_average_over_parties_at_the_highest_macro_validation_accuracy(runs):
@@ -341,9 +341,9 @@ def test_cmd_off_skips_the_statistics_exchange(sbm):
 
 def test_on_cora_the_moment_sums_keep_their_digits_under_crypten_and_ckks(cora, planetoid_root):
     """Real uploads (round 5 of a Cora run, 3 parties): the secure sums of the 2nd-5th moment sums
-    equal the exact sums within the protocol's bound (crypten: K·2^-(p+1); ckks: its stated bound), and
-    every sum above 1e-3 keeps 6 significant digits under crypten with 32 fractional bits, 4 under
-    ckks; CrypTen's default 16 bits do not keep 6."""
+    equal the exact sums within the protocol's bound (crypten: K·2^-(p+1); ckks: its grid's), and
+    every sum above 1e-3 keeps 6 significant digits under crypten with FedOMD's 32 fractional bits, 4
+    under ckks with FedOMD's public range 2^16; CrypTen's default 16 bits do not keep 6."""
     cfg = RunConfig(method="fedomd", dataset="cora", partition="louvain", clients=3, rounds=6, split=(0.01, 0.2, 0.2),
                     split_mode="random", data_root=str(planetoid_root), download=False, progress=False,
                     method_params={"patience": 0})
@@ -355,7 +355,9 @@ def test_on_cora_the_moment_sums_keep_their_digits_under_crypten_and_ckks(cora, 
     exact = sum(flats)
     big = exact.abs() > 1e-3
     assert bool(big.any())
-    for name, params, relative in (("crypten", {"precision_bits": 32}, 1e-6), ("ckks", {}, 1e-4)):
+    from privfgl.methods.fedomd_params import PROTOCOL_DEFAULTS
+    for name, params, relative in (("crypten", PROTOCOL_DEFAULTS["crypten"], 1e-6),
+                                   ("ckks", PROTOCOL_DEFAULTS["ckks"], 1e-4)):
         with protocols.get_protocol(name, **params) as proto:
             result = proto.aggregate(flats)
         err = (result.total - exact).abs()

@@ -212,6 +212,10 @@ def test_the_grid_is_exact_for_sums_and_refuses_a_protocol_too_coarse_for_it(sbm
     assert 0 < off["metrics"]["test_acc"] <= 1
 
 
+def view_of(setup, name):
+    return setup.federation.transcript.view(SERVER, name=name)
+
+
 def test_server_sees_each_upload_under_plain_and_only_aggregates_under_secure_protocols(runs):
     _, setup = runs["plain"]
     uploads = setup.federation.transcript.view(SERVER, name="class_stats")
@@ -220,10 +224,15 @@ def test_server_sees_each_upload_under_plain_and_only_aggregates_under_secure_pr
     for proto in ("ckks", "crypten"):
         record, setup = runs[proto]
         view = setup.federation.transcript.view(SERVER)
-        from_clients = [m for m in view if m.sender != SERVER]
-        assert from_clients and all(m.tensors is None and m.kind in ("ciphertext", "share") for m in from_clients)
+        from_clients = [m for m in view if m.sender != SERVER and not m.name.endswith(":reveal")]
+        assert from_clients and all(m.tensors is None and m.kind in ("ciphertext", "share", "parameters")
+                                    for m in from_clients)
         with_payload = {m.name for m in view if m.tensors is not None}
-        assert with_payload == {"class_stats:sum", "class_counts:sum"}, proto
+        reveals = {"class_stats:reveal", "class_counts:reveal"} if proto == "ckks" else set()  # the key holder's
+        assert with_payload == {"class_stats:sum", "class_counts:sum"} | reveals, proto
+        for name in reveals:  # what the key holder hands over is exactly the revealed sum
+            sent, opened = view_of(setup, name)[-1].tensors, view_of(setup, name.replace(":reveal", ":sum"))[-1].tensors
+            assert sent.keys() == opened.keys() and all(torch.equal(sent[k], opened[k]) for k in sent)
         assert all(b > 0 for b in record["cost"]["bytes_up_per_client"])
     # counts went through BFV under ckks: their ciphertext is a separate message per client
     assert len(runs["ckks"][1].federation.transcript.view(SERVER, name="class_counts")) == 3
@@ -282,7 +291,8 @@ def test_dp_opfgl_reports_epsilon_and_reveals_only_the_noised_sum(sbm):
     assert privacy["epsilon"] == gaussian_epsilon([(target.sigma, 1.0, 1)], 1e-5) and 3.9 < privacy["epsilon"] <= 4.0
     assert privacy["delta"] == 1e-5 and privacy["accountant"] == "rdp"
     assert privacy["dp"]["mode"] == "distributed" and privacy["dp"]["influence"] == 13
-    assert all(m.tensors is None for m in setup.federation.transcript.view(SERVER) if m.sender != SERVER)
+    assert all(m.tensors is None for m in setup.federation.transcript.view(SERVER)
+               if m.sender != SERVER and not m.name.endswith(":reveal"))  # the key holder's reveal is the sum
     noisy = revealed(setup, "class_stats")
     assert set(noisy) == {"n", "S1", "S2"} and not torch.equal(noisy["n"], noisy["n"].round())
     assert setup.federation.transcript.view(SERVER, name="class_counts") == []

@@ -10,18 +10,21 @@ from privfgl.federation.transcript import Transcript
 class Channel:
     """Delivers messages: counts bytes per party and direction, and records the receiver's view.
 
-    `sent[p]` / `received[p]`: bytes party p sent / received over the whole run.
+    `sent[p]` / `received[p]`: bytes party p sent / received over the whole run;
+    `links[(sender, receiver)]`: bytes over each directed link.
     """
 
     def __init__(self, transcript: Transcript):
         self.transcript = transcript
         self.sent: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
+        self.links: Counter[tuple[str, str]] = Counter()
         self.messages = 0
 
     def deliver(self, message: Message) -> None:
         self.sent[message.sender] += message.nbytes
         self.received[message.receiver] += message.nbytes
+        self.links[(message.sender, message.receiver)] += message.nbytes
         self.messages += 1
         self.transcript.record(message.receiver, message)
 

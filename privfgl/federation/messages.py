@@ -1,16 +1,12 @@
-"""Messages: named tensors sent from one party to another."""
+"""Messages: named tensors, or serialized blobs, sent from one party to another."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
-SERVER = "server"
-
-
-def client_name(k: int) -> str:
-    """The party name of client k ("client0", "client1", ...)."""
-    return f"client{k}"
+from protocols.base import SERVER
+from protocols.base import client as client_name
 
 
 def payload_nbytes(tensors: dict[str, torch.Tensor]) -> int:
@@ -21,11 +17,14 @@ def payload_nbytes(tensors: dict[str, torch.Tensor]) -> int:
 @dataclass(frozen=True)
 class Message:
     """One message on the channel. `tensors` is the plaintext payload (None when the receiver only
-    gets an opaque blob, e.g. a ciphertext or a secret share); `nbytes` is what crossed the wire."""
+    gets opaque bytes); `blobs` are the serialized objects as they crossed the wire (SEAL
+    ciphertexts, keys and parameters; secret shares as little-endian int64), else None; `nbytes`
+    is what crossed the wire (0 for what a party observes without receiving it)."""
     round: int
     name: str
     sender: str
     receiver: str
-    kind: str  # "plaintext" | "ciphertext" | "share" | "aggregate"
+    kind: str  # "plaintext" | "ciphertext" | "share" | "aggregate" | "parameters" | "public_key"
     nbytes: int
     tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    blobs: tuple[bytes, ...] | None = field(default=None, repr=False)

@@ -41,9 +41,12 @@ def unflatten(flat: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> Tenso
 class Federation:
     """Routes messages between the server and `num_clients` clients.
 
-    protocol: an object with `name` and `aggregate(list[Tensor]) -> AggregationResult`
-    (see the `protocols` package). Every protocol reveals the sum, and only the sum, to the
-    server: under HE the key-holding client decrypts the aggregate ciphertext and returns it.
+    protocol: an object with `name` and `aggregate(list[Tensor], reveal_to) -> AggregationResult`
+    (see the `protocols` package). A secure protocol reveals the sum, and only the sum, to the
+    server (or to the clients only): under HE the key-holding client decrypts the aggregate
+    ciphertext and sends the sum on. Every message the protocol sent is delivered on the channel
+    with its real sender and receiver and its bytes (serialized ciphertexts, shares), so each
+    party's transcript view is exactly what it received.
     """
 
     def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None, dp=None):
@@ -57,6 +60,10 @@ class Federation:
         self.timer = PhaseTimer()
         self.clients = [client_name(k) for k in range(num_clients)]
         self.error_bounds: dict[str, float] = {}  # message name -> largest documented error of its revealed sums
+        # Auditor-only ground truth, never part of any party's view: (round, name) -> {"uploads": the flat
+        # tensors the clients gave the protocol, "protocol": the protocol object (its keys score HE attacks)}.
+        # Kept like the transcript's payloads (all rounds, the last round, or none).
+        self.audit_log: dict[tuple[int, str], dict] = {}
 
     def broadcast(self, round: int, name: str, tensors: Tensors) -> Tensors:
         """Server sends the same plaintext tensors to every client; returns what they receive."""
@@ -71,9 +78,10 @@ class Federation:
         return tensors
 
     def aggregate(self, round: int, name: str, contributions: list[Tensors], protocol=None,
-                  sample_rate: float = 1.0) -> Tensors:
+                  sample_rate: float = 1.0, reveal_to: str = "server") -> Tensors:
         """Sum of the clients' named tensors, computed by the protocol (the federation's, or
-        `protocol` for this one sum, e.g. BFV for integer counts beside CKKS for floats).
+        `protocol` for this one sum, e.g. BFV for integer counts beside CKKS for floats) and
+        opened to `reveal_to`: "server" (default) or "clients" (the server never learns the sum).
         Weighted sums: pre-weight on the client side. Returns the revealed sums (float64) with
         the contributions' shapes (int64 when every field is integer, else float64).
         When `self.dp` applies to `name`, each client's upload is clipped (and noised, unless the
@@ -90,51 +98,55 @@ class Federation:
             if lay != layout[0]:
                 raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
         protocol = protocol or self.protocol
-        result = protocol.aggregate(list(flats))
+        self._log_for_audit(round, name, flats, protocol)
+        result = protocol.aggregate(list(flats), reveal_to=reveal_to)
         self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
         total = unflatten(result.total, layout[0])
-        self._record_aggregation(round, name, contributions, result, total, getattr(protocol, "reveals_to", "server"))
+        self._record_aggregation(round, name, contributions, result, total)
         if dp is not None:
             with self.timer.phase("dp_reveal"):
                 total = dp.reveal(total, sample_rate)
         return total
 
-    def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors,
-                            reveals_to: str) -> None:
-        # What crossed the wire: each client's upload (as the protocol sent it) ...
-        for item in result.server_view:
-            party = item["party"]
-            if party == "reveal":
-                continue
-            k = int(party)
-            payload = contributions[k] if item["kind"] == "plaintext" else None
-            step = item.get("step", "input")  # e.g. crypten's reveal shares: a second message per client
-            label = name if step == "input" else f"{name}:{step}"
-            self.channel.deliver(Message(round, label, client_name(k), SERVER, item["kind"], int(item["bytes"]), payload))
-        # ... protocol traffic back to the clients (peers' secret shares, or the aggregate
-        # ciphertext to the key holder), opaque unless the protocol is plain ...
-        kind = next((i["kind"] for i in result.server_view if i["party"] != "reveal"), "plaintext")
-        for k, nbytes in enumerate(result.bytes_down):
-            if nbytes:
-                tensors = total if kind == "plaintext" else None
-                self.channel.deliver(Message(round, name + ":down", SERVER, client_name(k), kind, int(nbytes), tensors))
-        # ... and the revealed sum, which the protocol opens to the server (and only the sum), or
-        # to the clients only when its `reveals_to` is "clients" (e.g. O-pFGL's server-efficient variant).
-        # The view keeps its own dict: methods may pop fields from the one they get back.
-        if reveals_to == "server":
-            self.channel.observe(SERVER, Message(round, name + ":sum", SERVER, SERVER, "aggregate", 0, dict(total)))
-        else:
-            for c in self.clients:
-                self.channel.observe(c, Message(round, name + ":sum", c, c, "aggregate", 0, dict(total)))
+    def _log_for_audit(self, round: int, name: str, flats, protocol) -> None:
+        keep = self.transcript.keep
+        if keep == "none":
+            return
+        if keep == "last":
+            for key in [k for k in self.audit_log if k[0] < round]:
+                del self.audit_log[key]
+        self.audit_log[(round, name)] = {"uploads": list(flats), "protocol": protocol}
+
+    def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors) -> None:
+        """Put every protocol message on the channel with its real sender and receiver, then record
+        what the server holds on its own (its public context) and who opened the sum."""
+        clients = {c: k for k, c in enumerate(self.clients)}
+        for t in result.transfers:
+            label = name if t.step == "input" else f"{name}:{t.step}"
+            tensors = None
+            if t.kind == "plaintext" and t.sender in clients:
+                tensors = contributions[clients[t.sender]]  # the named fields as the client sent them
+            elif t.tensor is not None:
+                tensors = dict(total)  # a revealed sum; the view keeps its own dict
+            self.channel.deliver(Message(round, label, t.sender, t.receiver, t.kind, int(t.nbytes), tensors,
+                                         tuple(t.blobs) or None))
+        if result.server_context is not None:
+            self.channel.observe(SERVER, Message(round, name + ":context", SERVER, SERVER, "parameters", 0, None,
+                                                 (result.server_context,)))
+        # The opened sum, observed by each party that opens it (methods may pop fields from the dict they get back).
+        for party in result.opened_by:
+            self.channel.observe(party, Message(round, name + ":sum", party, party, "aggregate", 0, dict(total)))
 
     def cost(self) -> dict:
-        """Bytes sent by clients (up) and by the server (down), per party and in total."""
+        """Bytes sent by clients (up: to the server and to other clients) and by the server (down), per
+        party and in total, and per directed link ("client0->server": bytes)."""
         up = sum(self.channel.sent[c] for c in self.clients)
         return {
             "bytes_up": int(up),
             "bytes_down": int(self.channel.sent[SERVER]),
             "bytes_up_per_client": [int(self.channel.sent[c]) for c in self.clients],
             "messages": self.channel.messages,
+            "by_link": {f"{a}->{b}": int(n) for (a, b), n in sorted(self.channel.links.items())},
         }

@@ -1,7 +1,7 @@
 """The transcript: what each party observed, message by message.
 
 Attacks read a party's view from here and nothing else. Every message's metadata (round, name,
-sender, kind, bytes) is always kept; payload tensors are kept according to `keep`:
+sender, kind, bytes) is always kept; payloads (tensors and serialized blobs) are kept according to `keep`:
 "all" rounds, only the "last" round seen (default; bounded memory for long runs), or "none".
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Transcript:
 
     def record(self, party: str, message: Message) -> None:
         if self.keep == "none":
-            message = replace(message, tensors=None)
+            message = replace(message, tensors=None, blobs=None)
         elif self.keep == "last" and message.round > self._latest_round:
             self._drop_payloads_before(message.round)
         self._latest_round = max(self._latest_round, message.round)
@@ -33,8 +33,8 @@ class Transcript:
     def _drop_payloads_before(self, round_: int) -> None:
         for view in self._views.values():
             for i, m in enumerate(view):
-                if m.tensors is not None and m.round < round_:
-                    view[i] = replace(m, tensors=None)
+                if (m.tensors is not None or m.blobs is not None) and m.round < round_:
+                    view[i] = replace(m, tensors=None, blobs=None)
 
     def view(self, party: str, name: str | None = None, round: int | None = None) -> list[Message]:
         """Messages `party` observed, optionally filtered by message name and round."""

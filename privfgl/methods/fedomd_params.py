@@ -48,7 +48,9 @@ STATS_MODES = ("train", "eval")  # moments of the training-mode pass (dropout on
 # (Z − M)^j, j <= 5; with CrypTen's default 16 fractional bits a sum is rounded to 2^-17 per client,
 # which is coarse for the small 4th/5th-moment sums of near-constant units; 32 bits round to 1.2e-10
 # and still leave |sum| <= 2^30 ≈ 1.1e9 of range (tests/test_fedomd.py checks both on Cora).
-PROTOCOL_DEFAULTS = {"crypten": {"precision_bits": 32}}
+# crypten: 32 fractional bits keep 6 digits of the moment sums; ckks: a public range of 2^16 (every FedOMD
+# sum stays far below it) lets the exact grid reveal use 2^-25 for 3 clients instead of 2^-21.
+PROTOCOL_DEFAULTS = {"crypten": {"precision_bits": 32}, "ckks": {"max_abs": 2.0**16}}
 
 
 @dataclass(frozen=True)

@@ -46,22 +46,6 @@ from privfgl.methods.opfgl_stats import ClientView, client_statistics, pooled_st
 from privfgl.training import ModelConfig, init_params
 
 
-class RevealToClients:
-    """A protocol whose sum is opened by the clients, never by the server (paper A.5): the server's
-    view keeps the opaque uploads only. Byte counts are the wrapped protocol's."""
-
-    reveals_to = "clients"
-
-    def __init__(self, protocol):
-        self.protocol = protocol
-        self.name = protocol.name
-
-    def aggregate(self, contributions: list[torch.Tensor]) -> protocols.AggregationResult:
-        result = self.protocol.aggregate(contributions)
-        result.server_view = [e for e in result.server_view if e["party"] != "reveal"]
-        return result
-
-
 def _counts_protocol(p: OPFGLParams, run_protocol: str):
     """The per-call protocol for the integer counts (None: the run's protocol). BFV uses its "sum"
     preset: exact for integers, ~6x fewer bytes and ~3x faster than "default"."""
@@ -97,22 +81,23 @@ def _check_setup(setup: Setup, p: OPFGLParams) -> None:
 
 
 def _upload(setup: Setup, views: list[ClientView], p: OPFGLParams):
-    """The one upload: (counts, sums) as pooled_statistics takes them, revealed by the protocols."""
+    """The one upload: (counts, sums) as pooled_statistics takes them, revealed by the protocols
+    to the server, or to the clients only under `server_efficient`."""
     fed = setup.federation
-    float_protocol = RevealToClients(fed.protocol) if p.server_efficient else None
+    reveal_to = "clients" if p.server_efficient else "server"
     if p.dp_epsilon is not None:
         counts, sums, setup.extras["dp"] = opfgl_dp.release(fed, setup.clients, setup.num_classes, p,
-                                                            setup.method.seed, protocol=float_protocol)
+                                                            setup.method.seed, reveal_to=reveal_to)
         return counts, sums
     counts_protocol = _counts_protocol(p, fed.protocol.name)
-    wrapped = RevealToClients(counts_protocol or fed.protocol) if p.server_efficient else counts_protocol
     bits = p.stats_frac_bits
     try:
         floats = [v.sums.floats() for v in views]
         if bits:  # client side: each sum on the fixed-point grid
             floats = [{name: to_grid(t, bits) for name, t in f.items()} for f in floats]
-        sums = fed.aggregate(0, "class_stats", floats, protocol=float_protocol)
-        counts = fed.aggregate(0, "class_counts", [v.sums.counts() for v in views], protocol=wrapped)
+        sums = fed.aggregate(0, "class_stats", floats, reveal_to=reveal_to)
+        counts = fed.aggregate(0, "class_counts", [v.sums.counts() for v in views], protocol=counts_protocol,
+                               reveal_to=reveal_to)
     finally:
         if counts_protocol is not None:
             counts_protocol.close()

@@ -62,7 +62,7 @@ def client_sums(data: Data, num_classes: int, p: OPFGLParams, seed: int) -> dict
     return class_sums(xp[train], data.y[train], num_classes, p.dp_clip)
 
 
-def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: int, protocol=None
+def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: int, reveal_to: str = "server"
             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], StatsReleaseReport]:
     """Clip, noise and securely sum every client's statistics once. Returns the counts and sums in
     pooled_statistics' format ({"n", "b", "n_orig"} int64 [C]; {"S1", "S2"} float64) and the report."""
@@ -77,7 +77,7 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
             noise = mech.noise({b: u[b].shape for b in BLOCKS}, source, share)
             noised.append({b: u[b] + noise[b] for b in BLOCKS})
         uploads = noised
-    total = fed.aggregate(0, "class_stats", uploads, protocol=protocol)
+    total = fed.aggregate(0, "class_stats", uploads, reveal_to=reveal_to)
     if mode == "central":
         total = mech.release(total, source)
     n = total["n"]  # pooled_statistics rounds it to an integer >= 0

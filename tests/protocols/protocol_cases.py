@@ -10,6 +10,7 @@ BACKENDS: dict[str, tuple[str, dict, float, float]] = {
     "crypten-p24": ("crypten", {"precision_bits": 24}, 2.0**30, 2.0**38),
     "ckks-default": ("ckks", {"preset": "default"}, 2.0**19, 2.0**20),
     "ckks-sum": ("ckks", {"preset": "sum"}, 2.0**15, 2.0**16),
+    "ckks-raw": ("ckks", {"preset": "sum", "reveal": "raw-unsafe"}, 2.0**15, 2.0**16),
     "bfv-default": ("bfv", {"preset": "default"}, 2.0**14, BFV_LIMIT),
     "bfv-sum": ("bfv", {"preset": "sum"}, 2.0**14, BFV_LIMIT),
 }

@@ -121,14 +121,14 @@ def test_secure_sum_entry_point_all_backends():
 def test_plain_view_holds_each_client_tensor(protocol_cache):
     xs = [torch.arange(6, dtype=torch.float32).reshape(2, 3) * k for k in range(1, 4)]
     result = protocol_cache("plain").aggregate(xs)
-    uploads = [v for v in result.server_view if v["party"] != "reveal"]
-    assert [v["party"] for v in uploads] == [0, 1, 2]
-    for v, x in zip(uploads, xs):
-        assert v["kind"] == "plaintext"
-        assert torch.equal(v["tensor"], x)
-        assert v["bytes"] == x.numel() * x.element_size() == 24
+    uploads = result.received("server")
+    assert [t.sender for t in uploads] == ["client0", "client1", "client2"]
+    for t, x in zip(uploads, xs):
+        assert t.kind == "plaintext"
+        assert torch.equal(t.tensor, x)
+        assert t.nbytes == x.numel() * x.element_size() == 24
     assert result.bytes_up == [24, 24, 24]
-    assert torch.equal(result.server_view[-1]["tensor"], result.total)
+    assert result.opened_by == ("server",)
 
 
 @pytest.mark.parametrize("key", SECURE_KEYS)
@@ -136,20 +136,44 @@ def test_secure_view_holds_no_client_values(protocol_cache, key):
     gen = torch.Generator().manual_seed(3)
     xs = [torch.rand(40, generator=gen, dtype=torch.float64) + 5 * k for k in range(4)]
     result = protocol_cache(key).aggregate(xs)
-    reveal = [v for v in result.server_view if v["party"] == "reveal"]
-    assert len(reveal) == 1 and reveal[0]["kind"] == "aggregate"
-    assert torch.equal(reveal[0]["tensor"], result.total)
-    blobs = [v for v in result.server_view if v["party"] != "reveal"]
-    assert blobs, "the server must have received messages"
-    for v in blobs:
-        assert v["kind"] in ("ciphertext", "share")
-        assert v["bytes"] > 0
-        assert not any(isinstance(value, (torch.Tensor, np.ndarray, list)) for value in v.values())
-    assert {v["party"] for v in blobs} == {0, 1, 2, 3}
+    assert "server" in result.opened_by
+    received = result.received("server")
+    assert received, "the server must have received messages"
+    for t in received:
+        if t.step == "reveal" and t.kind == "aggregate":  # HE: the key holder's decrypted sum
+            assert torch.equal(t.tensor, result.total.reshape(-1))
+            continue
+        assert t.kind in ("ciphertext", "share", "parameters") and t.tensor is None
+        assert t.nbytes > 0 and t.blobs and sum(map(len, t.blobs)) == t.nbytes
+        assert all(isinstance(b, bytes) for b in t.blobs)
+    inputs = {t.sender for t in received if t.step in ("input", "reveal") and t.kind != "aggregate"}
+    assert inputs >= {"client1", "client2", "client3"}
     assert all(b > 0 for b in result.bytes_up)
     assert all(b >= 0 for b in result.bytes_down)
     assert set(result.phases) == {"protect", "aggregate", "reveal"}
     assert all(t >= 0 for t in result.phases.values())
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_reveal_to_clients_keeps_the_sum_from_the_server(protocol_cache, key):
+    xs = [torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0]), torch.tensor([4.0, 0.0])]
+    result = protocol_cache(key).aggregate(xs, reveal_to="clients")
+    assert set(result.opened_by) >= {"client0", "client1", "client2"}
+    assert torch.allclose(result.total, torch.tensor([5.5, 1.0], dtype=torch.float64), atol=1e-4)
+    if key == "plain":
+        return  # the server holds every input anyway
+    assert "server" not in result.opened_by
+    assert not any(t.receiver == "server" and (t.tensor is not None or t.step == "reveal") for t in result.transfers)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_every_byte_is_booked_to_its_sender_and_receiver(protocol_cache, key):
+    xs = [torch.rand(50, dtype=torch.float64) for _ in range(3)]
+    result = protocol_cache(key).aggregate(xs)
+    parties = {"server", "client0", "client1", "client2"}
+    assert all(t.sender in parties and t.receiver in parties and t.sender != t.receiver for t in result.transfers)
+    assert sum(result.bytes_up) + sum(t.nbytes for t in result.transfers if t.sender == "server") \
+        == sum(t.nbytes for t in result.transfers)
 
 
 @pytest.mark.parametrize("key", SECURE_KEYS)
@@ -203,6 +227,19 @@ def test_plain_integer_overflow_raises(protocol_cache):
     x = torch.tensor([2**62, 1], dtype=torch.int64)
     with pytest.raises(ProtocolError, match="overflows int64"):
         protocol_cache("plain").aggregate([x, x])
+
+
+def test_plain_float_overflow_raises_never_returns_inf(protocol_cache):
+    big = torch.tensor([1e308, 1.0], dtype=torch.float64)
+    with pytest.raises(ProtocolError, match="float64 sum overflows"):
+        protocol_cache("plain").aggregate([big, big])
+
+
+@pytest.mark.parametrize("key", ["plain", "crypten", "bfv-sum"])
+def test_unsigned_values_beyond_int64_raise_never_wrap(protocol_cache, key):
+    x = torch.tensor([2**63, 1], dtype=torch.uint64)
+    with pytest.raises(ProtocolError, match=r"values >= 2\^63"):
+        protocol_cache(key).aggregate([x, x])
 
 
 def test_unknown_backend_and_bad_params():
