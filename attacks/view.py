@@ -6,8 +6,11 @@ to the runtime, the clients' data or their trainers.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from privfgl.federation import SERVER, Transcript
@@ -52,3 +55,42 @@ def adversary_view(transcript: Transcript, party: str = SERVER) -> AdversaryView
     sent = [m for p in transcript.parties() if p != party for m in transcript.view(p) if m.sender == party]
     memo: dict[int, torch.Tensor] = {}
     return AdversaryView(party, tuple(_copy(m, memo) for m in received + sent))
+
+
+VIEW_FORMAT = 1
+
+
+def save_view(view: AdversaryView, folder: str | Path) -> Path:
+    """Write `view` as files an auditor can read without privfgl: folder/view.json lists the
+    messages in order ({"round", "name", "sender", "receiver", "kind", "nbytes", "tensors":
+    {field: "NAME.npy"}, "blobs": ["NAME.bin", ...]}); tensors are .npy files (numpy.load), blobs the
+    exact bytes received (SEAL serializations, little-endian int64 shares). Returns view.json's path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for i, m in enumerate(view.messages):
+        entry = {"round": m.round, "name": m.name, "sender": m.sender, "receiver": m.receiver, "kind": m.kind,
+                 "nbytes": m.nbytes, "tensors": {}, "blobs": []}
+        for field, t in (m.tensors or {}).items():
+            entry["tensors"][field] = f"m{i:06d}-{field}.npy"
+            np.save(folder / entry["tensors"][field], t.detach().cpu().numpy())
+        for j, blob in enumerate(m.blobs or ()):
+            entry["blobs"].append(f"m{i:06d}-{j}.bin")
+            (folder / entry["blobs"][-1]).write_bytes(blob)
+        entries.append(entry)
+    path = folder / "view.json"
+    path.write_text(json.dumps({"format": VIEW_FORMAT, "party": view.party, "messages": entries}, indent=1))
+    return path
+
+
+def load_view(folder: str | Path) -> AdversaryView:
+    """The view written by `save_view`."""
+    folder = Path(folder)
+    data = json.loads((folder / "view.json").read_text())
+    messages = []
+    for e in data["messages"]:
+        tensors = {f: torch.from_numpy(np.load(folder / name)) for f, name in e["tensors"].items()} or None
+        blobs = tuple((folder / name).read_bytes() for name in e["blobs"]) or None
+        messages.append(Message(e["round"], e["name"], e["sender"], e["receiver"], e["kind"], e["nbytes"], tensors,
+                                blobs))
+    return AdversaryView(data["party"], tuple(messages))

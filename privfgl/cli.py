@@ -78,6 +78,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--transcript", help="which payloads the transcript keeps: last (default), all, none")
     a("--config", help="JSON or YAML file of settings (keys as in the run record's config); flags override it")
     a("--out", help="write the run record (JSON) here")
+    a("--save-view", metavar="DIR", help="write the adversary's view (the server's by default: every message it "
+                                         "received, with tensors as .npy and ciphertexts/shares as raw bytes) to DIR "
+                                         "for an auditor's own script (README: Threat model)")
     a("--no-progress", action="store_true", help="no progress bar")
     a("--threads", type=int, help="CPU threads for torch (default: torch's, i.e. the cores); a run is bit-identical "
                                   "per seed at the same thread count (the record's config.threads)")
@@ -132,9 +135,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
     cfg = config_from_args(args)
-    record, _ = run(cfg)
+    record, setup = run(cfg)
     if args.out:
         write_record(record, args.out)
+    _save_view(args, setup)
     print(format_table([record]))
     if args.out:
         print(f"run record: {args.out}")
@@ -157,11 +161,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     record["attacks"] = [f.as_record() for f in run_attacks(setup, cfg, attacks, args.adversary)]
     if args.out:
         write_record(record, args.out)
+    _save_view(args, setup, args.adversary)
     print(format_table([record]))
     print(format_findings(record["attacks"]))
     if args.out:
         print(f"run record: {args.out}")
     return 0
+
+
+def _save_view(args: argparse.Namespace, setup, party: str = "server") -> None:
+    if args.save_view:
+        from attacks.view import adversary_view, save_view
+        path = save_view(adversary_view(setup.federation.transcript, party), args.save_view)
+        print(f"{party}'s view: {path}")
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
@@ -212,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit = sub.add_parser("audit", help="run a method, then attacks on what the adversary saw")
     add_run_arguments(p_audit)
     p_audit.add_argument("--attack", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
-                         help="gradient-inversion, label-inference, stats-reconstruction (repeatable), e.g. "
-                              "gradient-inversion:variant=dictionary,clients=0+3 (README: Attacks and audits)")
+                         help="gradient-inversion, label-inference, stats-reconstruction, he-key-recovery, "
+                              "dp-noise-removal, participation (repeatable), e.g. gradient-inversion:variant=dictionary,clients=0+3 "
+                              "(README: Attacks and audits)")
     p_audit.add_argument("--adversary", default="server", help="the party whose view the attacks read (default server)")
     p_audit.set_defaults(func=cmd_audit)
     p_ds = sub.add_parser("datasets", help="which datasets are available offline, and where")
