@@ -6,16 +6,19 @@ import time
 import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput
+from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.gradient_inversion import GradientInversion
 from attacks.he_key_recovery import HEKeyRecovery
 from attacks.label_inference import LabelInference
 from attacks.method_uploads import for_method
+from attacks.participation import Participation
 from attacks.stats_reconstruction import StatsReconstruction
 from attacks.view import adversary_view
 from privfgl.federation import SERVER
 
 ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "label-inference": LabelInference,
-                                    "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery}
+                                    "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery,
+                                    "dp-noise-removal": DPNoiseRemoval, "participation": Participation}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -76,7 +79,8 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
 HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "cosine", "label_acc",
                                     "word_auc", "overrep_auc", "detected_precision"),
              "label-inference": ("js", "cosine"), "stats-reconstruction": (),
-             "he-key-recovery": ("key_fraction", "uploads_recovered", "cosine", "max_abs_error")}
+             "he-key-recovery": ("key_fraction", "uploads_recovered", "cosine", "max_abs_error"),
+             "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

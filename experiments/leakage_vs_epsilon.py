@@ -35,7 +35,8 @@ FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature",
 
 
 def one_run(args, sigma: float) -> dict:
-    dp = f"gaussian:sigma={sigma!r},clip={args.clip!r},on=update,mode=local" if sigma else None
+    # seeded noise (the run's seed): reproducible; the attacks here do not use the seed
+    dp = f"gaussian:sigma={sigma!r},clip={args.clip!r},on=update,mode=local,seed={args.seed}" if sigma else None
     cfg = RunConfig(method="dp-fedavg" if sigma else "fedavg", dataset="cora", partition="louvain", clients=10,
                     rounds=args.rounds, local_epochs=1, optimizer="sgd", lr=args.lr, dropout=0.0, dp=dp,
                     seed=args.seed, data_root=args.data_root, download=not args.offline, transcript="all",

@@ -44,10 +44,14 @@ METHOD_CHOICES = ("dp-fedavg", "dp-opfgl")
 
 
 def one_run(args, method: str, evaluation: str, seed: int, sigma: float | None = None) -> dict:
-    dp = f"gaussian:sigma={sigma!r},clip={args.clip!r},on=update,mode=central" if sigma else None
+    # Seeded noise and coins (seed = the run's seed): reproducible curves; ε then holds only against an
+    # adversary who does not know the seed (the record's seed_warning). q < 1 runs under crypten, where the
+    # sample is hidden in the sum, so ε keeps its amplification by sampling (under plain it is accounted at q = 1).
+    dp = f"gaussian:sigma={sigma!r},clip={args.clip!r},on=update,mode=central,seed={seed}" if sigma else None
     cfg = RunConfig(method=method, dataset="cora", partition="louvain+", clients=10, rounds=args.rounds,
                     seed=seed, evaluation=evaluation, dp=dp, data_root=args.data_root, download=not args.offline,
-                    method_params={"q": args.q} if method == "dp-fedavg" else {}, progress=False,
+                    method_params={"q": args.q, "sampling_seed": seed} if method == "dp-fedavg" else {},
+                    protocol="crypten" if method == "dp-fedavg" and args.q < 1 else "plain", progress=False,
                     transcript="none")
     start = time.perf_counter()
     record, _ = run(cfg)
@@ -62,7 +66,7 @@ def one_run(args, method: str, evaluation: str, seed: int, sigma: float | None =
 def opfgl_run(args, seed: int, epsilon: float | None = None) -> dict:
     """One O-pFGL run (cora-louvain+ preset); node-level DP at `epsilon` (None: non-private)."""
     dp = {"dp_epsilon": epsilon, "dp_clip": args.opfgl_clip, "dp_degree": args.opfgl_degree,
-          "dp_delta": args.delta} if epsilon else {}
+          "dp_delta": args.delta, "dp_seed": str(seed)} if epsilon else {}  # seeded: reproducible curves
     cfg = RunConfig(method="opfgl", dataset="cora", partition="louvain+", clients=10, rounds=1, seed=seed,
                     partition_seed=PRESET_PARTITION_SEED, protocol=args.opfgl_protocol, data_root=args.data_root,
                     download=not args.offline, method_params={"preset": "cora-louvain+", **dp}, progress=False,

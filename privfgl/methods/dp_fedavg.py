@@ -1,27 +1,38 @@
 """DP-FedAvg at user (client) level (McMahan et al. 2018, "Learning differentially private
 recurrent language models"), with the client as the privacy unit.
 
-Per round: every client is sampled independently with probability q (secret from the server);
-sampled clients train `local_epochs` from the global model w and upload their model delta
-Δ_k = w_k − w, the others upload zeros. The federation's message DP (`--dp gaussian:...,on=update`)
-clips every upload to ||Δ_k||₂ ≤ C on the client, and adds N(0, (σC)²) to the sum — once on the
-server (mode=central), as K client shares under a secure protocol (mode=distributed), or on every
-upload (mode=local). The server applies w ← w + η · (Σ_k Δ_k + noise) / (qK), a fixed
-denominator, so one client changes the update by at most ηC/(qK). Every round is one sampled
-Gaussian release (σ, q), composed by opacus' RDP (or PRV) accountant into ε at the spec's δ.
+Per round: every client is sampled independently with probability q; sampled clients train
+`local_epochs` from the global model w and upload their model delta Δ_k = w_k − w, the others
+upload zeros. The coins come from OS entropy unless `sampling_seed=N` asks for reproducible ones
+(then anyone who reads the run record can replay them). The federation's message DP
+(`--dp gaussian:...,on=update`) clips every upload to ||Δ_k||₂ ≤ C on the client, and adds
+N(0, (σC)²) to the sum — once on the server (mode=central), as K client shares under a secure
+protocol (mode=distributed), or on every upload (mode=local). The server applies
+w ← w + η · (Σ_k Δ_k + noise) / (qK), a fixed denominator, so one client changes the update by at
+most ηC/(qK). Every round is one Gaussian release composed by opacus' RDP (or PRV) accountant into
+ε at the spec's δ.
 
-Method params: q (client sampling rate, default 1.0), server_lr (η, default 1.0).
+Amplification by sampling (the release accounted at rate q) needs the sample to be secret. Under a
+secure protocol (crypten, ckks, bfv: any protocol but plain) the server sees only the sum, inside
+which the unsampled clients' zeros are hidden: rounds are accounted at q. Under `plain` the server
+sees every upload and so who took part (attacks/participation.py recovers it): rounds are accounted
+at q = 1, and the record's `amplification` says why. The truth of who took part is kept in
+`setup.extras["sampled_clients"]` for the auditor (never in the server's view).
+
+Method params: q (client sampling rate, default 1.0), server_lr (η, default 1.0), sampling_seed
+("os", the default, or an integer for reproducible coins).
 """
 from __future__ import annotations
-
-import torch
 
 from privfgl.errors import ConfigError
 from privfgl.methods.base import Setup
 from privfgl.methods.fedavg import run_rounds
+from privfgl.privacy.message_dp import MessageDP
+from privfgl.privacy.noise import OS, NoiseSource
 from privfgl.training import Params
 
-PARAMS = {"q": 1.0, "server_lr": 1.0}
+PARAMS = {"q": 1.0, "server_lr": 1.0, "sampling_seed": OS}
+NO_AMPLIFICATION = "none: under plain the server sees each upload, so which clients took part (non-zero) is not secret"
 
 
 def dp_fedavg_params(params: dict) -> dict:
@@ -29,12 +40,43 @@ def dp_fedavg_params(params: dict) -> dict:
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise ConfigError(f"dp-fedavg: unknown method param(s) {', '.join(unknown)}; valid: {', '.join(PARAMS)}")
-    out = {k: float(params.get(k, v)) for k, v in PARAMS.items()}
+    out = {**PARAMS, **params}
+    for key in ("q", "server_lr"):
+        try:
+            out[key] = float(out[key])
+        except (TypeError, ValueError):
+            raise ConfigError(f"dp-fedavg: {key} must be a number, got {out[key]!r}") from None
     if not 0 < out["q"] <= 1:
         raise ConfigError(f"dp-fedavg: q must be in (0, 1], got {out['q']}")
     if not out["server_lr"] > 0:
         raise ConfigError(f"dp-fedavg: server_lr must be > 0, got {out['server_lr']}")
+    seed = out["sampling_seed"]
+    if seed != OS and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"dp-fedavg: sampling_seed must be 'os' (the default) or an integer, got {seed!r}")
     return out
+
+
+def accounted_sample_rate(q: float, protocol: str) -> tuple[float, str]:
+    """(the sampling rate a round is accounted at, why): q under a secure protocol, 1 under plain."""
+    if q == 1.0:
+        return 1.0, "none: q = 1 (every client takes part in every round)"
+    if protocol == "plain":
+        return 1.0, NO_AMPLIFICATION
+    return q, (f"by sampling at q={q}: under {protocol} the server sees only the sum, in which the unsampled "
+               "clients' zeros are hidden")
+
+
+class DPFedAvgReport:
+    """The run record's privacy fields: the message DP's, plus the client sampling and its accounting."""
+
+    def __init__(self, dp: MessageDP, sampler: NoiseSource, q: float, accounted_q: float, amplification: str):
+        self.dp, self.sampler = dp, sampler
+        self.sampling = {"sample_rate": q, "accounted_sample_rate": accounted_q, "amplification": amplification}
+
+    def report(self) -> dict:
+        out = self.dp.report()
+        out["dp"] = {**out["dp"], **self.sampling, **self.sampler.provenance("sampling")}
+        return out
 
 
 def run_dp_fedavg(setup: Setup) -> None:
@@ -43,18 +85,20 @@ def run_dp_fedavg(setup: Setup) -> None:
         raise ConfigError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")
     p = dp_fedavg_params(m.params)
     q, K = p["q"], len(setup.clients)
-    sampler = torch.Generator().manual_seed(m.seed * 7919 + 17)  # clients' own coins, secret from the server
-    sampled: list[bool] = []
+    sampler = NoiseSource.from_setting(p["sampling_seed"])  # the clients' own coins
+    accounted_q, amplification = accounted_sample_rate(q, fed.protocol.name)
+    setup.extras["dp"] = DPFedAvgReport(fed.dp, sampler, q, accounted_q, amplification)
+    sampled: list[list[bool]] = setup.extras.setdefault("sampled_clients", [])  # auditor's truth, per round
 
     def upload(k: int, params: Params, received: Params) -> Params:
         """Client k: its model delta if its coin (flipped once per round) says it takes part, else zeros."""
         if k == 0:
-            sampled[:] = (torch.rand(K, generator=sampler) < q).tolist()
-        return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[k]) for n in received}
+            sampled.append((sampler.uniform(K) < q).tolist())
+        return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
 
     def update(sums: Params, received: Params) -> Params:
         """Server: w + η · (noised sum of deltas) / (qK), a fixed denominator."""
         return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * K)).to(received[n].dtype)
                 for n in received}
 
-    run_rounds(setup, "dp-fedavg", upload, update, sample_rate=q)
+    run_rounds(setup, "dp-fedavg", upload, update, sample_rate=accounted_q)

@@ -10,7 +10,9 @@ node belongs to one client, so every node gets the same ε: rounds × local_epoc
 of noise multiplier σ at sampling rate 1, composed by opacus' accountant.
 
 Method params: sigma (1.0), clip (1.0), degree (D, 3), delta (1e-5), accountant (rdp|prv),
-federated (true), seed (noise seed: the run seed by default, or "os" for OS entropy).
+federated (true), seed (where the noise comes from: "os", the default, OS entropy; or an integer
+for reproducible noise, which anyone who reads the run record can regenerate and subtract: ε then
+holds only against an adversary who does not know the seed, as the record's `seed_warning` says).
 Evaluation runs on the degree-bounded graph (outside the guarantee, as all evaluation is).
 """
 from __future__ import annotations
@@ -23,13 +25,13 @@ from privfgl.privacy.accounting import ACCOUNTANTS, gaussian_epsilon
 from privfgl.privacy.dpsgd import (MeanGCN, bound_degree, influence_count, khop_batch, mean_adjacency,
                                    node_sensitivity, per_sample_grads, private_gradient)
 from privfgl.privacy.mechanisms import GaussianMechanism
-from privfgl.privacy.noise import NoiseSource
+from privfgl.privacy.noise import OS, NoiseSource
 
 DEFAULTS = {"sigma": 1.0, "clip": 1.0, "degree": 3, "delta": 1e-5, "accountant": "rdp", "federated": True,
-            "seed": None}
+            "seed": OS}
 
 
-def dp_sgd_params(params: dict, run_seed: int) -> dict:
+def dp_sgd_params(params: dict) -> dict:
     """Method params with defaults; ConfigError names a bad or unknown one."""
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
@@ -44,18 +46,21 @@ def dp_sgd_params(params: dict, run_seed: int) -> dict:
         raise ConfigError(f"dp-sgd: degree must be an integer >= 1, got {p['degree']!r}")
     if p["accountant"] not in ACCOUNTANTS:
         raise ConfigError(f"dp-sgd: accountant must be one of {', '.join(ACCOUNTANTS)}, got {p['accountant']!r}")
-    if p["seed"] is None:
-        p["seed"] = run_seed
-    elif p["seed"] != "os" and not isinstance(p["seed"], int):
-        raise ConfigError(f"dp-sgd: seed must be an integer or 'os', got {p['seed']!r}")
+    if p["seed"] != OS and (isinstance(p["seed"], bool) or not isinstance(p["seed"], int)):
+        raise ConfigError(f"dp-sgd: seed must be 'os' (the default) or an integer, got {p['seed']!r}")
     return p
+
+
+DEGREE_ASSUMPTION = ("the sensitivity holds for removals that add no edge to the locally degree-bounded graph "
+                     "(every graph of max degree <= D); on other real graphs a removal can refill up to deg(w) "
+                     "edges (privfgl/privacy/dpsgd.py), which the noise does not cover")
 
 
 class DPSGDReport:
     """The run record's privacy fields for node-level DP-SGD."""
 
-    def __init__(self, p: dict, hops: int, steps: int):
-        self.p, self.hops, self.steps = p, hops, steps
+    def __init__(self, p: dict, hops: int, steps: int, source: NoiseSource):
+        self.p, self.hops, self.steps, self.source = p, hops, steps, source
 
     def report(self) -> dict:
         p = self.p
@@ -63,7 +68,8 @@ class DPSGDReport:
         dp = {"method": "dp-sgd", "unit": "node (features, label, incident edges) of a client's graph of max degree D",
               "degree_bound": p["degree"], "hops": self.hops, "influence": influence_count(p["degree"], self.hops),
               "clip": p["clip"], "sensitivity": sens, "sigma": p["sigma"], "noise_std": p["sigma"] * sens,
-              "steps": self.steps, "sample_rate": 1.0, "secure_noise": p["seed"] == "os"}
+              "steps": self.steps, "sample_rate": 1.0, **self.source.provenance(),
+              "assumption": DEGREE_ASSUMPTION}
         eps = gaussian_epsilon([(p["sigma"], 1.0, self.steps)], p["delta"], p["accountant"])
         return {"dp": dp, "epsilon": eps, "delta": p["delta"], "accountant": p["accountant"]}
 
@@ -74,11 +80,11 @@ def run_dp_sgd(setup: Setup) -> None:
         raise ConfigError(f"dp-sgd trains a mean-aggregation GCN; --model must be gcn, got {cfg.model!r}")
     if setup.device != "cpu":
         raise ConfigError("dp-sgd runs on cpu only (--device cpu)")
-    p = dp_sgd_params(m.params, m.seed)
+    p = dp_sgd_params(m.params)
     hops, K, timer = cfg.layers, len(setup.clients), fed.timer
     mech = GaussianMechanism(p["sigma"], node_sensitivity(p["clip"], p["degree"], hops))
-    source = NoiseSource(None, secure=True) if p["seed"] == "os" else NoiseSource(p["seed"])
-    setup.extras["dp"] = DPSGDReport(p, hops, steps=m.rounds * m.local_epochs)
+    source = NoiseSource.from_setting(p["seed"])
+    setup.extras["dp"] = DPSGDReport(p, hops, m.rounds * m.local_epochs, source)
 
     torch.manual_seed(m.seed)
     model = MeanGCN(setup.num_features, cfg.hidden, setup.num_classes, cfg.layers)
@@ -87,7 +93,8 @@ def run_dp_sgd(setup: Setup) -> None:
     with timer.phase("dp_preprocess"):
         for k, c in enumerate(setup.clients):
             n = int(c.num_nodes)
-            bounded = bound_degree(c.edge_index, n, p["degree"], seed=m.seed * 1000 + k)
+            bounded = bound_degree(c.edge_index, n, p["degree"], seed=m.seed * 1000 + k,
+                                   node_ids=getattr(c, "global_id", None))
             train = c.train_mask.nonzero().view(-1)
             nodes, adj = khop_batch(bounded, n, train, hops, p["degree"])
             x = torch.cat([c.x.float(), torch.zeros(1, c.num_features)])

@@ -22,6 +22,9 @@ What changes against the non-private upload, and why:
 Noise, by `dp_mode`: "distributed" — each client adds a 1/K share of the variance before the
 secure sum (needs ckks, bfv or crypten); "central" — the server noises the revealed sum once
 (it is trusted with the exact sum); "auto" — distributed under a secure protocol, else central.
+The noise comes from OS entropy unless `dp_seed=N` asks for reproducible noise, which anyone who
+reads the run record can regenerate and subtract (the record's `seed_warning` says so). The run
+seed only seeds the degree bounding (recorded as `degree_bound_seed`).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from torch_geometric.data import Data
 from privfgl.methods.opfgl_params import OPFGLParams
 from privfgl.methods.opfgl_stats import propagate_features
 from privfgl.privacy.dpsgd import bound_degree, influence_count
-from privfgl.privacy.noise import NoiseSource
+from privfgl.privacy.noise import OS, NoiseSource
 from privfgl.privacy.stats import BLOCKS, ClassStatsRelease, StatsReleaseReport, class_sums
 
 UNIT = "node (features, label and incident edges) of the degree-bounded client graph, add/remove"
@@ -56,7 +59,8 @@ def calibrate(p: OPFGLParams) -> ClassStatsRelease:
 
 def client_sums(data: Data, num_classes: int, p: OPFGLParams, seed: int) -> dict[str, torch.Tensor]:
     """One client's clipped sums over its labelled nodes: {"n": [C], "S1", "S2": [C, (hops+1)f]}, float64."""
-    edges = data.edge_index if p.hops == 0 else bound_degree(data.edge_index, data.num_nodes, p.dp_degree, seed)
+    edges = data.edge_index if p.hops == 0 else bound_degree(data.edge_index, data.num_nodes, p.dp_degree, seed,
+                                                                 node_ids=getattr(data, "global_id", None))
     xp = propagate_features(data.x, edges, p.hops)
     train = data.train_mask
     return class_sums(xp[train], data.y[train], num_classes, p.dp_clip)
@@ -68,7 +72,7 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
     pooled_statistics' format ({"n", "b", "n_orig"} int64 [C]; {"S1", "S2"} float64) and the report."""
     mode = dp_mode(p, fed.protocol.name)
     mech = calibrate(p)
-    source = NoiseSource(seed)
+    source = NoiseSource.from_setting(p.dp_seed if p.dp_seed == OS else int(p.dp_seed))
     uploads = [client_sums(c, num_classes, p, seed) for c in clients]
     if mode == "distributed":
         share = 1.0 / len(clients)
@@ -82,9 +86,9 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
         total = mech.release(total, source)
     n = total["n"]  # pooled_statistics rounds it to an integer >= 0
     counts = {"n": n, "b": torch.full_like(n, len(clients)), "n_orig": n}
-    details = {"degree_bound": p.dp_degree if p.hops else None, "hops": p.hops, "seed": seed,
+    details = {"degree_bound": p.dp_degree if p.hops else None, "hops": p.hops, "degree_bound_seed": seed,
                "members": "labelled nodes only (HRE pseudo-labels are outside the bound)",
                "min_count": "not applied (every client sends every class; m_c = K)",
                "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal"}
     return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
-                                                                              UNIT, details)
+                                                                              UNIT, details, source)

@@ -76,6 +76,8 @@ class OPFGLParams:
     dp_clip: float | None = None       # B: ||x^prop_i||₂ ≤ B (required with dp_epsilon)
     dp_degree: int | None = None       # D: degree bound of the stats' propagation graph (required when hops ≥ 1)
     dp_mode: str = "auto"              # see DP_MODES
+    dp_seed: str = "os"                # noise source: "os" (OS entropy) or an integer seed (reproducible, removable
+                                       # by anyone who knows it: the record carries seed_warning)
 
 
 PRESETS: dict[str, dict] = {
@@ -125,6 +127,8 @@ def _check(p: OPFGLParams) -> None:
     need(p.counts_protocol in COUNTS_PROTOCOLS, "counts_protocol", ", ".join(COUNTS_PROTOCOLS))
     need(p.dp_mode in DP_MODES, "dp_mode", ", ".join(DP_MODES))
     need(0 < p.dp_delta < 1, "dp_delta", "a number in (0, 1)")
+    need(p.dp_seed == "os" or p.dp_seed.lstrip("-").isdigit(), "dp_seed",
+         "'os' (OS entropy, the default) or an integer seed")
     if p.dp_epsilon is None:
         for key in ("dp_clip", "dp_degree"):
             need(getattr(p, key) is None, key, "unset unless dp_epsilon is set")

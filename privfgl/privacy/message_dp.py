@@ -9,6 +9,13 @@ gaussian, L1 for laplace — to `clip`, so adding or removing one client changes
 - central:     one draw of noise on the revealed sum, by the server (trusted with the sum).
 Every release is accounted (Gaussian: σ and the clients' sampling rate q; Laplace: ε).
 
+Noise source. OS entropy unless the spec names a seed (`seed=N`, reproducible and removable by
+anyone who knows N: the record then carries `seed_warning`). Draw order, per release: local and
+distributed mode, client by client, each client's fields in the order of its upload; central mode,
+once, the revealed sum's fields (sorted by name, as the runtime flattens them). `noise_draws` keeps
+that order as field names and shapes (public: the method's message format), and `audit_clipped` the
+clients' clipped uploads of the latest releases, for an auditor's ground truth only (never the view).
+
 Pre-weighted sums. Methods upload weighted means as sums, {n·W, n} (FedAvg, FedOMD's model_update,
 FedSpray's encoder_update) or {p·s, p} (FedSpray's proxies), and divide after the reveal. The clip
 multiplies a client's whole message by one factor c = min(1, clip/‖(n·W, n)‖), so the client's ratio
@@ -37,6 +44,11 @@ from privfgl.privacy.noise import NoiseSource
 from privfgl.privacy.spec import DENOMINATORS, DPSpec
 
 Tensors = dict[str, torch.Tensor]
+Layout = tuple[tuple[str, torch.Size], ...]  # a message's fields (name, shape) in the order noise is drawn
+
+
+def layout(tensors: Tensors) -> Layout:
+    return tuple((name, t.shape) for name, t in tensors.items())
 
 
 def floor_denominators(total: Tensors, fields, floor: float) -> Tensors:
@@ -69,6 +81,11 @@ class MessageDP:
         self.num_clients = num_clients
         self.source = NoiseSource(spec.seed, secure=spec.secure)
         self.accountant = PrivacyAccountant(delta=spec.delta, accountant=spec.accountant)
+        # Per release, in order: one Layout per party that drew noise (the K clients, or the server).
+        self.noise_draws: list[tuple[Layout, ...]] = []
+        # Auditor side only: release index -> every client's clipped upload, for the latest release
+        # of each protected message (a method aggregates a message at most once a round).
+        self.audit_clipped: dict[int, list[Tensors]] = {}
 
     def applies_to(self, name: str) -> bool:
         return name in self.spec.messages
@@ -79,9 +96,13 @@ class MessageDP:
     def protect(self, contributions: list[Tensors]) -> list[Tensors]:
         """What each client actually uploads: its clipped message, noised unless mode is central."""
         clipped = [clip_tensors(c, self.spec.clip, self.spec.clip_norm) for c in contributions]
+        release = len(self.noise_draws)
+        self.audit_clipped[release] = clipped
+        self.audit_clipped.pop(release - len(self.spec.messages), None)
         if self.spec.mode == "central":
             return clipped
         share = 1.0 if self.spec.mode == "local" else 1.0 / self.num_clients
+        self.noise_draws.append(tuple(layout(c) for c in clipped))
         return [self._noised(c, share) for c in clipped]
 
     @property
@@ -103,15 +124,20 @@ class MessageDP:
             self.accountant.add_gaussian(self.spec.sigma, sample_rate)
         else:  # no amplification by sampling is claimed for Laplace releases
             self.accountant.add_laplace(self.spec.epsilon)
-        return self._noised(total, 1.0) if self.spec.mode == "central" else total
+        if self.spec.mode != "central":
+            return total
+        self.noise_draws.append((layout(total),))
+        return self._noised(total, 1.0)
 
     def report(self) -> dict:
-        """The run record's privacy fields: dp (spec, unit, sensitivity, noise), epsilon, delta, accountant."""
+        """The run record's privacy fields: dp (spec, unit, sensitivity, noise and its source), epsilon,
+        delta, accountant."""
         m = self.mechanism
         noise = {"noise_std": m.std} if self.spec.mechanism == "gaussian" else {"noise_scale": m.scale}
         dp = {**self.spec.as_dict(), "unit": "client (one client's whole message, add/remove)",
               "sensitivity": self.spec.clip, "sensitivity_norm": f"L{self.spec.clip_norm}", **noise,
-              "denominator_floor": self.denominator_floor, "releases": self.accountant.releases}
+              "denominator_floor": self.denominator_floor, "releases": self.accountant.releases,
+              **self.source.provenance()}
         spent = self.accountant.spent()
         return {"dp": dp, "epsilon": spent.pop("epsilon"), "delta": spent.pop("delta"),
                 "accountant": spent.pop("accountant"), **spent}

@@ -3,15 +3,17 @@
 Grammar (no spaces; keys in any order):
 
     MECHANISM:key=value,key=value,...
-    gaussian:sigma=S,clip=C,on=MESSAGE,mode=local|central|distributed[,delta=D][,accountant=rdp|prv][,seed=N|os]
-    laplace:epsilon=E,clip=C,on=MESSAGE,mode=local|central[,delta=D][,seed=N|os]
+    gaussian:sigma=S,clip=C,on=MESSAGE,mode=local|central|distributed[,delta=D][,accountant=rdp|prv][,seed=os|N]
+    laplace:epsilon=E,clip=C,on=MESSAGE,mode=local|central[,delta=D][,seed=os|N]
 
 `clip` bounds each client's whole message (all its fields as one vector): L2 for gaussian, L1 for
 laplace, so the sensitivity of the sum to adding or removing one client is `clip`. `on` is a
 message name or an alias of several (MESSAGE_ALIASES; `all` = every message the run's method
-sends); every aggregation of them is a release. `seed=os` draws noise from OS entropy; the default
-seed is the run's seed. `delta` is the δ at which ε is reported (default 1e-5; for laplace, the δ'
-of advanced composition).
+sends); every aggregation of them is a release. `seed`: where the noise comes from, `os` (the
+default: OS entropy, privfgl.privacy.noise) or an integer N for reproducible noise. Seeded noise is
+removable by anyone who knows N, and N is in the run record (attacks/dp_noise_removal.py): ε then
+holds only against an adversary who does not know the seed, which the record's `seed_warning` says.
+`delta` is the δ at which ε is reported (default 1e-5; for laplace, the δ' of advanced composition).
 
 Pre-weighted sums ({n·W, n}, {p·s, p}): the clip scales a client's whole message by one factor
 c = min(1, clip/‖message‖), so its ratio W = (c·n·W)/(c·n) is kept exactly while its weight in the
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from privfgl.errors import ConfigError
 from privfgl.privacy.accounting import ACCOUNTANTS
 from privfgl.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+from privfgl.privacy.noise import OS
 
 # The aggregated messages each method sends (the valid targets of `on=`).
 METHOD_MESSAGES = {"local": (), "fedavg": ("model_update",), "fedprox": ("model_update",),
@@ -63,7 +66,8 @@ class DPSpecError(ConfigError):
 
 @dataclass(frozen=True)
 class DPSpec:
-    """A parsed --dp spec. `messages`: the resolved message names; `seed` None with secure=True;
+    """A parsed --dp spec. `messages`: the resolved message names; `secure`: noise from OS entropy
+    (`seed` None), else from the explicit `seed`;
     `unprotected`: set by check_dp_for_run (ε covers the protected messages only)."""
     text: str
     mechanism: str
@@ -102,7 +106,7 @@ def _number(key: str, value: str, text: str) -> float:
     return x
 
 
-def parse_dp_spec(text: str, run_seed: int = 0) -> DPSpec:
+def parse_dp_spec(text: str) -> DPSpec:
     """Parse `text` (grammar in the module docstring); raise DPSpecError naming the problem."""
     head, sep, body = text.strip().partition(":")
     mech = head.strip().lower()
@@ -141,12 +145,12 @@ def parse_dp_spec(text: str, run_seed: int = 0) -> DPSpec:
     accountant = values.get("accountant", "rdp").lower()
     if accountant not in ACCOUNTANTS:
         raise DPSpecError(f"--dp {text!r}: unknown accountant {accountant!r}; valid: {', '.join(ACCOUNTANTS)}")
-    seed_text = values.get("seed", str(run_seed))
-    secure = seed_text.lower() == "os"
+    seed_text = values.get("seed", OS)
+    secure = seed_text.lower() == OS
     try:
         seed = None if secure else int(seed_text)
     except ValueError:
-        raise DPSpecError(f"--dp {text!r}: seed must be an integer or 'os', got {seed_text!r}") from None
+        raise DPSpecError(f"--dp {text!r}: seed must be an integer or 'os' (the default), got {seed_text!r}") from None
     return DPSpec(text=text, mechanism=mech, messages=messages, mode=mode, clip=_number("clip", values["clip"], text),
                   sigma=_number("sigma", values["sigma"], text) if mech == "gaussian" else None,
                   epsilon=_number("epsilon", values["epsilon"], text) if mech == "laplace" else None,
@@ -162,11 +166,12 @@ def valid_targets(method: str) -> tuple[str, ...]:
     return (*aliases, *METHOD_MESSAGES[method])
 
 
-def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int = 0) -> DPSpec | None:
+def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int | None = None) -> DPSpec | None:
     """Parse a run's --dp (None: no message DP) and check it fits the run: the target messages are
     ones `method` sends (`on=all`: all of them), distributed noise has a secure protocol, dp-fedavg
     has Gaussian noise on its update, and dp-sgd (configured by its own method params) has no --dp.
-    The returned spec lists in `unprotected` the method's messages it leaves without DP."""
+    The returned spec lists in `unprotected` the method's messages it leaves without DP. `run_seed`
+    plays no part (the noise seed no longer defaults to it); it is accepted for existing callers."""
     if method == "dp-sgd":
         if text is not None:
             raise DPSpecError("--dp does not apply to dp-sgd: its noise is set by --method-param sigma=,clip=,degree=")
@@ -175,7 +180,7 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
         if method == "dp-fedavg":
             raise DPSpecError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")
         return None
-    spec = parse_dp_spec(text, run_seed)
+    spec = parse_dp_spec(text)
     sends = METHOD_MESSAGES.get(method)
     if not sends:
         raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message --dp can protect "

@@ -83,17 +83,20 @@ class StatsReleaseReport:
     """The run record's privacy fields for one accounted release of class statistics.
     mode: "central" (noise added once to the revealed sum) or "distributed" (each of the K clients
     adds a 1/K share of the variance before the secure sum); unit: the protected unit, in words;
-    details: method-specific facts (degree bound, which nodes were summed, ...)."""
+    details: method-specific facts (degree bound, which nodes were summed, ...); source: where the
+    noise came from (recorded as noise_source, seed and, when seeded, seed_warning)."""
     release: ClassStatsRelease
     target_epsilon: float
     delta: float
     mode: str
     unit: str
     details: dict
+    source: NoiseSource
 
     def report(self) -> dict:
         r = self.release
         dp = {"mechanism": "gaussian", "on": list(BLOCKS), "mode": self.mode, "unit": self.unit, "clip": r.bound,
               "clip_norm": "L2 per row", "influence": r.influence, "sigma": r.sigma, "sensitivity": r.sensitivities,
-              "noise_std": r.noise_std, "target_epsilon": self.target_epsilon, "releases": 1, **self.details}
+              "noise_std": r.noise_std, "target_epsilon": self.target_epsilon, "releases": 1, **self.details,
+              **self.source.provenance()}
         return {"dp": dp, "epsilon": r.epsilon(self.delta), "delta": self.delta, "accountant": "rdp"}

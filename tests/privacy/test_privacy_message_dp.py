@@ -13,7 +13,7 @@ K, D = 5, 40_000
 
 
 def federation(spec: str) -> Federation:
-    dp = MessageDP(parse_dp_spec(spec, run_seed=0), K)
+    dp = MessageDP(parse_dp_spec(spec + ",seed=0"), K)
     return Federation(K, protocols.get_protocol("plain"), Transcript("all"), dp=dp)
 
 

@@ -7,9 +7,10 @@ from privfgl.privacy import DPSpecError, check_dp_for_run, parse_dp_spec
 
 
 def test_valid_specs_resolve_aliases_and_defaults():
-    g = parse_dp_spec("gaussian:sigma=1.0,clip=1.0,on=update,mode=local", run_seed=5)
+    g = parse_dp_spec("gaussian:sigma=1.0,clip=1.0,on=update,mode=local")
     assert (g.mechanism, g.messages, g.mode, g.sigma, g.clip) == ("gaussian", ("model_update",), "local", 1.0, 1.0)
-    assert (g.delta, g.accountant, g.seed, g.secure) == (1e-5, "rdp", 5, False)
+    assert (g.delta, g.accountant, g.seed, g.secure) == (1e-5, "rdp", None, True)  # noise from OS entropy
+    assert parse_dp_spec("gaussian:sigma=1.0,clip=1.0,on=update,mode=local,seed=5").seed == 5
     assert g.build().std == 1.0
     lap = parse_dp_spec("laplace:epsilon=0.5,clip=2,on=stats,mode=central,seed=os")
     assert lap.messages == ("class_stats", "class_counts") and lap.secure and lap.seed is None
@@ -32,7 +33,7 @@ def test_valid_specs_resolve_aliases_and_defaults():
     ("gaussian:sigma=1,clip=abc,on=update,mode=local", "clip='abc' is not a number"),
     ("gaussian:sigma=1,clip=1,on=update,mode=local,delta=2", "delta must be in (0, 1)"),
     ("gaussian:sigma=1,sigma=2,clip=1,on=update,mode=local", "sigma is given twice"),
-    ("gaussian:sigma=1,clip=1,on=update,mode=local,seed=x", "seed must be an integer or 'os'"),
+    ("gaussian:sigma=1,clip=1,on=update,mode=local,seed=x", "seed must be an integer or 'os' (the default)"),
 ])
 def test_bad_specs_name_the_problem(spec, needle):
     with pytest.raises(DPSpecError) as e:

@@ -54,8 +54,9 @@ def test_noise_matches_the_calibration_and_epsilon_the_accountant():
 
 def test_the_release_report_holds_epsilon_delta_and_the_calibration():
     release = ClassStatsRelease.for_epsilon(2.0, 1e-6, bound=1.5, influence=7)
-    out = StatsReleaseReport(release, 2.0, 1e-6, "distributed", "node", {"degree_bound": 2}).report()
+    out = StatsReleaseReport(release, 2.0, 1e-6, "distributed", "node", {"degree_bound": 2}, NoiseSource(3)).report()
     assert out["epsilon"] == release.epsilon(1e-6) <= 2.0 and out["delta"] == 1e-6 and out["accountant"] == "rdp"
     dp = out["dp"]
     assert dp["sigma"] == release.sigma and dp["noise_std"] == release.noise_std and dp["releases"] == 1
     assert dp["sensitivity"]["S1"] == 1.5 * 13 and dp["degree_bound"] == 2 and dp["mode"] == "distributed"
+    assert dp["noise_source"] == "seeded" and dp["seed"] == 3 and "seed_warning" in dp
