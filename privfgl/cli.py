@@ -225,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(p_audit)
     p_audit.add_argument("--attack", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
                          help="gradient-inversion, label-inference, stats-reconstruction, he-key-recovery, "
-                              "dp-noise-removal, participation (repeatable), e.g. gradient-inversion:variant=dictionary,clients=0+3 "
-                              "(README: Attacks and audits)")
+                              "dp-noise-removal, participation (repeatable), e.g. "
+                              "gradient-inversion:variant=dictionary,clients=0+3 (README: Attacks and audits)")
     p_audit.add_argument("--adversary", default="server", help="the party whose view the attacks read (default server)")
     p_audit.set_defaults(func=cmd_audit)
     p_ds = sub.add_parser("datasets", help="which datasets are available offline, and where")

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from privfgl.privacy import privacy_block
+from privfgl.privacy.trust import trust_block
 
 SCHEMA_VERSION = 1
 
@@ -16,6 +17,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
     fed = setup.federation
     cost = fed.cost()
     cost["rounds"] = config.get("rounds")
+    privacy = privacy_block(setup)
+    spec = fed.dp.spec if getattr(fed, "dp", None) is not None else None
     return {
         "schema": SCHEMA_VERSION,
         "config": config,
@@ -25,7 +28,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "privacy": {
             "protocol": config.get("protocol"),
             "server_view": server_view_summary(fed),
-            **privacy_block(setup),
+            **privacy,
+            "trust": trust_block(fed.protocol, privacy.get("dp"), spec),
         },
         "attacks": [],
     }

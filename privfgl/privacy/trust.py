@@ -1,0 +1,75 @@
+"""The run record's `privacy.trust` block: who must not collude with whom, whether the server is
+trusted for DP, and where the noise came from. Every sentence here is checked by an audit attack
+or a test named in README "Threat model"; what no attack has tried is marked as an assumption."""
+from __future__ import annotations
+
+PROTOCOL_TRUST = {
+    "plain": {
+        "server_sees": "every client's upload in the clear",
+        "non_collusion": [],
+        "assumption": "none: nothing is hidden from the server",
+    },
+    "crypten": {
+        "server_sees": "one uniform share of each upload and, at the reveal, each client's summed share: the sum",
+        "non_collusion": ["a coalition that lacks any one of the K+1 share holders (K clients, the server) learns "
+                          "nothing beyond the sum and its members' inputs (tested: share bytes of K-1 parties are "
+                          "indistinguishable across inputs)"],
+        "assumption": "honest-but-curious parties; shares from os.urandom (inprocess) or CrypTen's PRZS seeds "
+                      "(multiprocess)",
+    },
+    "ckks": {
+        "server_sees": "the clients' ciphertexts, the aggregate ciphertexts it computed, the public parameters, "
+                       "and the revealed sum",
+        "non_collusion": ["the server and the key holder (client0)"],
+        "assumption": "RLWE hardness at 128-bit parameters; the revealed sum is exact on a public grid (reveal="
+                      "grid), so it carries no decryption noise (he-key-recovery at chance)",
+    },
+    "bfv": {
+        "server_sees": "the clients' ciphertexts, the aggregate ciphertexts it computed, the public parameters, "
+                       "and the revealed (exact) sum",
+        "non_collusion": ["the server and the key holder (client0)"],
+        "assumption": "RLWE hardness at 128-bit parameters; BFV decrypts exactly (he-key-recovery at chance)",
+    },
+}
+SYMMETRIC_KEY_NOTE = ("under a symmetric-key preset every client holds the secret key: the server must not "
+                      "collude with any client")
+
+
+def trust_block(protocol, dp: dict | None, spec=None) -> dict:
+    """`privacy.trust` for a run under `protocol` (the built backend) with DP report `dp` (the
+    record's privacy.dp, or None) and the message-DP spec `spec` (or None)."""
+    name = protocol.name
+    block = {"protocol": name, **{k: (list(v) if isinstance(v, list) else v) for k, v in PROTOCOL_TRUST[name].items()}}
+    preset = getattr(protocol, "preset", None)
+    if name in ("ckks", "bfv") and preset is not None and preset.symmetric:
+        block["non_collusion"] = block["non_collusion"] + [SYMMETRIC_KEY_NOTE]
+    if name == "ckks":
+        block["reveal"] = protocol.reveal
+        if protocol.reveal == "raw-unsafe":
+            block["assumption"] = ("NONE: reveal=raw-unsafe hands the server the raw decryption, from which it "
+                                   "recovers the secret key and every upload (audit mode)")
+    if dp is None:
+        block["dp"] = None
+        return block
+    mode = dp.get("mode")
+    source = dp.get("noise_source", "seeded" if "seed" in dp else "os")
+    trusted = mode == "central"
+    dp_trust = {"trusted_server": trusted, "noise_source": source}
+    if trusted:
+        dp_trust["why"] = ("central DP: the server sees the exact sum before it adds the noise; ε protects what it "
+                           "releases, not what it sees" + (" — and under plain it sees every raw upload"
+                                                           if name == "plain" else ""))
+    elif mode == "distributed":
+        dp_trust["why"] = "distributed DP: each upload carries 1/K of the noise; ε against the server needs the " \
+                          "secure protocol to hide every upload"
+    elif mode == "local":
+        dp_trust["why"] = "local DP: every upload is noised before it leaves the client"
+    elif dp.get("method") == "dp-sgd":
+        dp_trust["why"] = "DP-SGD: each client noises its own gradients; what it uploads is already a DP output"
+    if source != "os":
+        dp_trust["warning"] = ("seeded noise: anyone who knows the seed (it is in this record) can regenerate and "
+                               "subtract it; ε holds only against an adversary who does not know the seed")
+    if spec is not None and getattr(spec, "unprotected", ()):
+        dp_trust["unprotected_messages"] = list(spec.unprotected)
+    block["dp"] = dp_trust
+    return block
