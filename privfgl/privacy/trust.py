@@ -14,7 +14,8 @@ PROTOCOL_TRUST = {
         "non_collusion": ["a coalition that lacks any one of the K+1 share holders (K clients, the server) learns "
                           "nothing beyond the sum and its members' inputs (tested: share bytes of K-1 parties are "
                           "indistinguishable across inputs)"],
-        "assumption": "honest-but-curious parties; shares from os.urandom (inprocess) or CrypTen's PRZS seeds "
+        "assumption": "honest-but-curious parties; shares from a ChaCha20 keystream keyed from os.urandom (inprocess) "
+                      "or CrypTen's PRZS seeds "
                       "(multiprocess)",
     },
     "ckks": {
