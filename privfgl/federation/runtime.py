@@ -77,6 +77,11 @@ class Federation:
         self.channel.deliver(Message(round, name, client_name(k), SERVER, "plaintext", payload_nbytes(tensors), tensors))
         return tensors
 
+    def send(self, round: int, k: int, name: str, tensors: Tensors) -> Tensors:
+        """Server sends plaintext tensors to client k alone (e.g. a split model's activations)."""
+        self.channel.deliver(Message(round, name, SERVER, client_name(k), "plaintext", payload_nbytes(tensors), tensors))
+        return tensors
+
     def aggregate(self, round: int, name: str, contributions: list[Tensors], protocol=None,
                   sample_rate: float = 1.0, reveal_to: str = "server") -> Tensors:
         """Sum of the clients' named tensors, computed by the protocol (the federation's, or

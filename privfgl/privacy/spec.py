@@ -34,7 +34,10 @@ from privfgl.privacy.noise import OS
 METHOD_MESSAGES = {"local": (), "fedavg": ("model_update",), "fedprox": ("model_update",),
                    "dp-fedavg": ("model_update",), "opfgl": ("class_stats", "class_counts"),
                    "fedspray": ("encoder_update", "proxy_update"),
-                   "fedomd": ("hidden_sums", "moment_sums", "model_update")}
+                   "fedomd": ("hidden_sums", "moment_sums", "model_update"),
+                   "fedgpl": ("prompted_graph", "embeddings", "embedding_grads", "feature_grads", "prompt_update")}
+# FedGPL's split messages M1-M4 (privfgl/privacy/split_dp.py: per-row clipping, noised by their sender).
+SPLIT_MESSAGES = ("prompted_graph", "embeddings", "embedding_grads", "feature_grads")
 # Aliases of the aggregated messages DP can protect: `on=ALIAS` protects every message listed.
 # "update":  the model, {n·W, n} (FedAvg/FedProx/FedOMD) or DP-FedAvg's delta;
 # "stats":   O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl.py);
@@ -46,6 +49,8 @@ ALL = "all"
 MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_counts"),
                    "encoder": ("encoder_update",), "proxies": ("proxy_update",),
                    "moments": ("hidden_sums", "moment_sums"),
+                   "m1": ("prompted_graph",), "m2": ("embeddings",), "m3": ("embedding_grads",),
+                   "m4": ("feature_grads",), "split": SPLIT_MESSAGES,
                    ALL: tuple(dict.fromkeys(n for ns in METHOD_MESSAGES.values() for n in ns))}
 # The field(s) of a message that the server divides the others by after the reveal (a weighted mean
 # = Σ n·W / Σ n). message_dp.guard_denominators floors them (post-processing) so that noise cannot make
@@ -186,11 +191,17 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
         raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message --dp can protect "
                           f"(methods that do: {', '.join(m for m, s in METHOD_MESSAGES.items() if s)})")
     if spec.messages == MESSAGE_ALIASES[ALL]:
-        spec = replace(spec, messages=sends)
+        spec = replace(spec, messages=SPLIT_MESSAGES if method == "fedgpl" else sends)
     if not set(spec.messages) <= set(sends):
         raise DPSpecError(f"--dp {text!r}: method {method!r} sends no message {'/'.join(spec.messages)!r}; "
                           f"valid for {method}: on={'|'.join(valid_targets(method))}")
     spec = replace(spec, unprotected=tuple(m for m in sends if m not in spec.messages))
+    if method == "fedgpl":
+        if "prompt_update" in spec.messages:
+            raise DPSpecError(f"--dp {text!r}: DP on FedGPL's federated prompt/head sums is not built; protect "
+                              "the split messages: on=m1|m2|m3|m4|split")
+        if spec.mode != "local":
+            raise DPSpecError(f"--dp {text!r}: split messages are noised by their sender; use mode=local")
     if method == "dp-fedavg" and spec.mechanism != "gaussian":
         raise DPSpecError(f"--dp {text!r}: dp-fedavg uses the Gaussian mechanism (gaussian:sigma=..,clip=..)")
     if spec.mode == "distributed" and protocol == "plain":

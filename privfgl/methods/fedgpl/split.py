@@ -1,0 +1,132 @@
+"""FedGPL's U-shaped split step over the federation runtime (spec B.3): one minibatch of one client.
+
+    client k                                             server
+    x̃, ẽ, b = prompt(G)       ── M1 prompted_graph ──▶  H = trunk(x̃', ẽ, b)        {"x", "edge_index", "batch"}
+                               ◀── M2 embeddings ─────                              {"H"}
+    L = CE(head(H'), y); ∂L/∂H ── M3 embedding_grads ─▶  backprop through the trunk  {"grad"}
+                               ◀── M4 feature_grads ──  ∂L/∂x̃'                      {"grad"}
+    x̃.backward(∂L/∂x̃'')  -> prompt gradients
+
+M3 and M4 carry the gradients of each sample's own loss, B·∂L/∂H and B·∂L/∂x̃ for the batch-mean
+loss L over B samples (B is public: the batch vector), and the receiver divides by B: the rows then
+have a scale that does not shrink with the batch size, which is what a per-row DP clip bounds.
+
+Each message is delivered on the channel (bytes counted, the receiver's transcript holds exactly
+what was sent: the noised rows when split DP protects the message). The sender of each message
+noises it (SplitDP.protect). The trunk's parameter gradients stay on the server, which steps its own
+optimiser after every client batch (SplitFed-v2-style sequential fine-tuning) unless it is frozen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from privfgl.federation import Federation
+from privfgl.methods.fedgpl.trunk import Trunk
+
+M1, M2, M3, M4 = "prompted_graph", "embeddings", "embedding_grads", "feature_grads"
+
+
+class SplitMessageError(ValueError):
+    """A split message is missing a field or has the wrong shape or dtype."""
+
+
+def check_message(name: str, tensors: dict[str, torch.Tensor], fields: dict[str, tuple]) -> None:
+    """Each field present with the given (ndim, dtype kind, width or None); one-line error otherwise."""
+    for key, (ndim, floating, width) in fields.items():
+        t = tensors.get(key)
+        if t is None:
+            raise SplitMessageError(f"{name}: missing field {key!r}; expected fields {', '.join(fields)}")
+        if t.dim() != ndim or t.is_floating_point() != floating or (width is not None and t.shape[-1] != width):
+            raise SplitMessageError(f"{name}: field {key!r} has shape {tuple(t.shape)} and dtype {t.dtype}; expected "
+                                    f"{ndim}-d {'float' if floating else 'integer'}"
+                                    + (f" with last dimension {width}" if width is not None else ""))
+
+
+@dataclass
+class SplitServer:
+    """The server's half: the trunk and its optimiser (None: frozen)."""
+    trunk: Trunk
+    optimizer: torch.optim.Optimizer | None
+
+    def forward(self, m1: dict[str, torch.Tensor], num_graphs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """M1 -> (x with requires_grad, H [B, h])."""
+        check_message(M1, m1, {"x": (2, True, None), "edge_index": (2, False, None), "batch": (1, False, None)})
+        if m1["edge_index"].shape[0] != 2 or m1["batch"].shape[0] != m1["x"].shape[0]:
+            raise SplitMessageError(f"{M1}: edge_index must be [2, e] and batch one entry per row of x "
+                                    f"(got {tuple(m1['edge_index'].shape)} and {tuple(m1['batch'].shape)} for "
+                                    f"x {tuple(m1['x'].shape)})")
+        x = m1["x"].detach().float().requires_grad_(True)
+        return x, self.trunk(x, m1["edge_index"], m1["batch"], num_graphs)
+
+    def backward(self, x: torch.Tensor, h: torch.Tensor, m3: dict[str, torch.Tensor]) -> torch.Tensor:
+        """M3 (per-sample gradients [B, h]) -> per-sample-loss gradients B·∂L/∂x̃ [ñ, d]; accumulates the
+        trunk's gradients of the batch-mean loss and steps its optimiser."""
+        check_message(M3, m3, {"grad": (2, True, h.shape[-1])})
+        if m3["grad"].shape != h.shape:
+            raise SplitMessageError(f"{M3}: grad has shape {tuple(m3['grad'].shape)}; expected {tuple(h.shape)} (as H)")
+        if self.optimizer is not None:
+            self.optimizer.zero_grad()
+        h.backward(m3["grad"].float() / h.shape[0])  # per-sample gradients -> the batch mean's
+        if self.optimizer is not None:
+            self.optimizer.step()
+        return x.grad.detach() * h.shape[0]  # the gradient of each sample's own loss
+
+
+@dataclass
+class SplitClient:
+    """A client's halves: its prompt and head with their optimisers."""
+    prompt: nn.Module
+    head: nn.Module
+    optimizer: torch.optim.Optimizer
+    anchor: list[torch.Tensor] | None = None  # FedProx: the round's starting parameters
+    mu: float = 0.0
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [*self.prompt.parameters(), *self.head.parameters()]
+
+
+def split_step(fed: Federation, round: int, k: int, client: SplitClient, server: SplitServer, batch, dp=None,
+               truth: list | None = None) -> float:
+    """One minibatch (a PyG Batch with x, edge_index, batch, y [B], optionally node_ids) through M1-M4;
+    returns the loss. `dp`: a SplitDP (None: no noise). `truth`: the auditor's log (never sent): one
+    entry per M1 with the round, client, the global node id of every row (−1: made by the prompt),
+    the rows' clean input features and the samples' labels."""
+    protect = (lambda name, rows: rows) if dp is None else dp.protect
+    B = int(batch.num_graphs)
+    client.optimizer.zero_grad()
+    # client: prompt, M1 up
+    x_p, edge_p, batch_p = client.prompt(batch.x, batch.edge_index, batch.batch, B)
+    m1 = fed.upload(round, k, M1, {"x": protect(M1, x_p.detach()), "edge_index": edge_p, "batch": batch_p})
+    if truth is not None:
+        rows = client.prompt.last_rows
+        ids = getattr(batch, "node_ids", None)
+        truth.append({"round": round, "client": k, "y": batch.y.clone(), "input_rows": int(batch.x.shape[0]),
+                      "input_edges": int(batch.edge_index.shape[1]),
+                      "node_ids": torch.where(rows >= 0, ids[rows.clamp_min(0)], -1) if ids is not None else None,
+                      "features": torch.where((rows >= 0).unsqueeze(1), batch.x[rows.clamp_min(0)], 0.0)})
+    # server: trunk forward, M2 down
+    x_s, h = server.forward(m1, B)
+    m2 = fed.send(round, k, M2, {"H": protect(M2, h.detach())})
+    # client: head and loss, M3 up
+    check_message(M2, m2, {"H": (2, True, None)})
+    h_c = m2["H"].detach().requires_grad_(True)
+    loss = F.cross_entropy(client.head(h_c), batch.y)
+    if client.anchor is not None and client.mu:
+        loss = loss + client.mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(client.parameters(), client.anchor))
+    loss.backward()
+    m3 = fed.upload(round, k, M3, {"grad": protect(M3, h_c.grad.detach() * B)})
+    # server: trunk backward, M4 down
+    g_x = server.backward(x_s, h, m3)
+    m4 = fed.send(round, k, M4, {"grad": protect(M4, g_x)})
+    # client: prompt backward, step
+    check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
+    if m4["grad"].shape != x_p.shape:
+        raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_p.shape)} (as x̃)")
+    if x_p.requires_grad:
+        x_p.backward(m4["grad"].to(x_p.dtype) / B)
+    client.optimizer.step()
+    return float(loss.detach())
