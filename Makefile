@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q pip==26.3
 	# torch first and exactly pinned, so nothing pulls a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,plots]'
 	# CrypTen's metadata requires the dead `sklearn` package and torchvision: install it
 	# without deps; its real runtime deps are listed in pyproject.toml.
 	$(PY) -m pip install -q --no-deps crypten==$(CRYPTEN_VERSION)

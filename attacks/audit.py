@@ -12,13 +12,18 @@ from attacks.he_key_recovery import HEKeyRecovery
 from attacks.label_inference import LabelInference
 from attacks.method_uploads import for_method
 from attacks.participation import Participation
+from attacks.split_features import SplitFeatures
+from attacks.split_labels import SplitLabels
+from attacks.split_topology import SplitTopology
 from attacks.stats_reconstruction import StatsReconstruction
 from attacks.view import adversary_view
 from privfgl.federation import SERVER
 
 ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "label-inference": LabelInference,
                                     "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery,
-                                    "dp-noise-removal": DPNoiseRemoval, "participation": Participation}
+                                    "dp-noise-removal": DPNoiseRemoval, "participation": Participation,
+                                    "split-features": SplitFeatures, "split-labels": SplitLabels,
+                                    "split-topology": SplitTopology}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -44,7 +49,8 @@ def parse_attack(spec: str) -> Attack:
 def public_knowledge(setup, run_config) -> Knowledge:
     """The run's public settings and the population priors (the dataset's feature marginals and
     label distribution over all nodes, as from a public copy of the dataset)."""
-    x = torch.cat([c.x for c in setup.clients]).double()
+    has_x = all(getattr(c, "x", None) is not None for c in setup.clients)
+    x = (torch.cat([c.x for c in setup.clients]) if has_x else setup.extras["population_features"]).double()
     y = torch.cat([c.y for c in setup.clients])
     m = setup.model
     dp = setup.federation.dp
@@ -80,7 +86,9 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
                                     "word_auc", "overrep_auc", "detected_precision"),
              "label-inference": ("js", "cosine"), "stats-reconstruction": (),
              "he-key-recovery": ("key_fraction", "uploads_recovered", "cosine", "max_abs_error"),
-             "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds")}
+             "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds"),
+             "split-features": ("cosine", "reid_top1", "reid_auc"), "split-labels": ("ari", "label_acc"),
+             "split-topology": ("edges_received", "row_share", "edge_share")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

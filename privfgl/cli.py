@@ -38,7 +38,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
     a("--method", help=", ".join(METHODS))
     a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset>")
-    a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients)")
+    a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients), "
+                          "tasks (fedgpl: induced sample graphs, a third of the clients per task level)")
     a("--clients", type=int, help="number of clients K")
     a("--rounds", type=int, help="communication rounds")
     a("--local-epochs", type=int, help="local epochs per round")

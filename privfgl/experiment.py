@@ -22,6 +22,7 @@ from privfgl.methods import METHODS, MethodConfig, Setup
 from privfgl.methods.opfgl_params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.methods.fedomd_params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
+from privfgl.privacy.spec import SPLIT_MESSAGES
 from privfgl.results import make_record
 from privfgl.training import ENGINES, OPTIMIZERS, ModelConfig
 
@@ -103,6 +104,12 @@ class RunConfig:
             bad("split_mode", self.split_mode, ", ".join(SPLIT_MODES))
         if len(self.split) != 3 or any(r < 0 for r in self.split) or sum(self.split) > 1 + 1e-9 or sum(self.split) == 0:
             bad("split", self.split, "three ratios train,val,test, each >= 0, summing to at most 1 (e.g. 0.2,0.4,0.4)")
+        if (self.method == "fedgpl") != (self.partition == TASK_PARTITION):
+            raise ConfigError(f"invalid partition {self.partition!r} for method {self.method}: fedgpl builds its own "
+                              f"clients, one task level per third (--partition {TASK_PARTITION}), and only fedgpl does")
+        if self.method == "fedgpl" and self.clients % 3:
+            bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
+                                         "the paper)")
         check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
 
 
@@ -140,6 +147,9 @@ def effective_protocol_params(cfg: RunConfig) -> dict:
     return {**defaults, **cfg.protocol_params}
 
 
+TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition
+
+
 def build_setup(cfg: RunConfig, data=None) -> Setup:
     """Everything a method needs. `data` overrides loading cfg.dataset (e.g. an in-memory graph)."""
     cfg.validate()
@@ -148,12 +158,21 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
         data = load_dataset(cfg.dataset, cfg.data_root, download=cfg.download)
     cache = partition_cache_dir()
     data_seed = cfg.seed if cfg.partition_seed is None else cfg.partition_seed
-    parts = partition_nodes(data, cfg.partition, cfg.clients, seed=data_seed, cache_dir=cache, **cfg.partition_params)
-    clients = client_subgraphs(data, parts)
-    split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
+    extras = {}
+    if cfg.partition == TASK_PARTITION:  # FedGPL's clients: induced sample graphs per task level (spec B.8)
+        from privfgl.methods.fedgpl.run import build_clients
+        clients, extras["fedgpl_samples"], extras["population_features"] = build_clients(
+            data, cfg.clients, cfg.method_params, data_seed)
+    else:
+        parts = partition_nodes(data, cfg.partition, cfg.clients, seed=data_seed, cache_dir=cache,
+                                **cfg.partition_params)
+        clients = client_subgraphs(data, parts)
+        split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
     protocol_params = effective_protocol_params(cfg)
     protocol = protocols.get_protocol(cfg.protocol, **protocol_params)
     dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
+    if dp_spec is not None and set(dp_spec.messages) <= set(SPLIT_MESSAGES):
+        extras["split_dp_spec"], dp_spec = dp_spec, None  # noised by the method's own split steps
     message_dp = MessageDP(dp_spec, cfg.clients) if dp_spec is not None else None
     federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp)
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
@@ -162,7 +181,7 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     tracker = RoundTracker(clients, int(data.num_classes))
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
                  extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
-                         "protocol_params": protocol_params})
+                         "protocol_params": protocol_params, **extras})
 
 
 def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:

@@ -22,14 +22,14 @@ def make_record(config: dict, setup, total_s: float) -> dict:
     return {
         "schema": SCHEMA_VERSION,
         "config": config,
-        "metrics": setup.tracker.summary(),
+        "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
         "cost": cost,
         "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict()},
         "privacy": {
             "protocol": config.get("protocol"),
             "server_view": server_view_summary(fed),
             **privacy,
-            "trust": trust_block(fed.protocol, privacy.get("dp"), spec),
+            "trust": {**trust_block(fed.protocol, privacy.get("dp"), spec), **setup.extras.get("trust", {})},
         },
         "attacks": [],
     }

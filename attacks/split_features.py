@@ -1,0 +1,113 @@
+"""`split-features`: the node features a FedGPL client sends in M1 (spec B.3), read by the server.
+
+M1 rows are the client's (SVD-reduced) node features times a per-row prompt factor, tanh(score) for
+VPG (x + p for GPF). The attack takes each row's direction as the node's feature direction, up to
+sign (the factor may be negative): it orients the row to agree with the population mean feature
+vector, and matches it against the dictionary by |cosine|.
+Declared aux: the population's mean reduced feature vector and, as a dictionary, the reduced
+feature table of the whole dataset (a public copy; the strongest attacker), against which each row
+is re-identified by cosine similarity.
+
+Scores, per client, over the M1 rows of the attacked round (up to `rows` of them, seeded sample)
+that came from real nodes: mean |cosine| between the reconstruction and the node's true reduced
+features (baseline: the population mean's |cosine|), and re-identification against the dictionary:
+top-1 accuracy (baseline 1/N) and AUC of the true node's similarity against every other node's
+(baseline 0.5).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.view import AdversaryView
+from privfgl.federation import client_name
+
+M1 = "prompted_graph"
+
+
+@dataclass(frozen=True)
+class FeatureAux:
+    client: int
+    round: int
+    rows: int
+    seed: int
+    prior_mean: torch.Tensor       # [d]
+    dictionary: torch.Tensor       # [N, d]
+
+
+def m1_rows(view: AdversaryView, k: int, round: int) -> tuple[int, torch.Tensor]:
+    """(the round attacked, every M1 row client k sent in it, in order [R, d]); round -1: the last."""
+    sent = [m for m in view.messages if m.name == M1 and m.sender == client_name(k) and m.tensors is not None]
+    if not sent:
+        raise NoInput(f"no plaintext {M1} from client{k} in the {view.party}'s view")
+    r = max(m.round for m in sent) if round < 0 else round
+    rows = [m.tensors["x"] for m in sent if m.round == r]
+    if not rows:
+        raise NoInput(f"no {M1} from client{k} in round {r}")
+    return r, torch.cat(rows).double()
+
+
+def sample_rows(total: int, rows: int, seed: int) -> torch.Tensor:
+    """The indices of at most `rows` of `total` rows (seeded, sorted)."""
+    if total <= rows:
+        return torch.arange(total)
+    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:rows].sort().values
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+class SplitFeatures(Attack):
+    name = "split-features"
+
+    def __init__(self, round: int = -1, rows: int = 2000, clients: list[int] | None = None, seed: int = 0):
+        self.round, self.rows, self.clients, self.seed = round, rows, clients, seed
+
+    def targets(self, view: AdversaryView, knowledge: Knowledge, num_clients: int) -> list[str]:
+        return [f"client{k}" for k in (self.clients if self.clients is not None else range(num_clients))]
+
+    def declare_aux(self, setup, knowledge: Knowledge, target: str) -> FeatureAux:
+        table = setup.extras["population_features"].double().clone()
+        return FeatureAux(client_index(target), self.round, self.rows, self.seed, table.mean(0), table)
+
+    def attack(self, view: AdversaryView, aux: FeatureAux) -> dict:
+        r, rows = m1_rows(view, aux.client, aux.round)
+        chosen = sample_rows(len(rows), aux.rows, aux.seed)
+        u = _unit(rows[chosen])
+        u = u * torch.where(u @ aux.prior_mean >= 0, 1.0, -1.0).unsqueeze(1)
+        return {"round": r, "rows": chosen, "features": u, "similarity": (u @ _unit(aux.dictionary).T).abs()}
+
+    def truth(self, setup, target: str) -> dict:
+        k = client_index(target)
+        log = setup.extras.get("fedgpl_truth", [])
+        entries = [e for e in log if e["client"] == k]
+        if not entries:
+            raise ValueError(f"split-features: no auditor log for {target} (run with --transcript last or all)")
+        by_round: dict[int, list[dict]] = {}
+        for e in entries:
+            by_round.setdefault(e["round"], []).append(e)
+        return {r: {"features": torch.cat([e["features"] for e in es]).double(),
+                    "node_ids": torch.cat([e["node_ids"] for e in es]) if es[0]["node_ids"] is not None else None}
+                for r, es in by_round.items()}
+
+    def score(self, rec: dict, truth: dict, aux: FeatureAux) -> tuple[dict, dict]:
+        true = truth[rec["round"]]
+        feats = true["features"][rec["rows"]]
+        real = feats.norm(dim=1) > 0                        # rows that came from a real node
+        cos = (rec["features"][real] * _unit(feats[real])).sum(1).abs()       # a direction, up to sign
+        base = (_unit(aux.prior_mean) * _unit(feats[real])).sum(1).abs()
+        metrics = {"round": rec["round"], "rows_scored": int(real.sum()), "cosine": float(cos.mean())}
+        baseline = {"cosine": float(base.mean()), "kind": "the population mean feature vector"}
+        if true["node_ids"] is not None:
+            ids = true["node_ids"][rec["rows"]][real]
+            sims = rec["similarity"][real]
+            own = sims.gather(1, ids.unsqueeze(1))
+            n = sims.shape[1]
+            metrics["reid_top1"] = float((sims.argmax(1) == ids).double().mean())
+            metrics["reid_auc"] = float(((sims < own).sum(1).double() / (n - 1)).mean())
+            baseline.update(reid_top1=1.0 / n, reid_auc=0.5)
+        return metrics, baseline
+

@@ -1,0 +1,219 @@
+"""FedGPL's rounds (spec B.6) and its baselines, on the federation runtime.
+
+Per round: every client runs one local epoch of split steps (M1-M4 per minibatch, split.py; the
+server fine-tunes its trunk after each batch unless frozen), then the prompts and heads are
+federated:
+- hidta (FedGPL): round 0 is FedAvg over all clients ([C]); later rounds are HiDTA (hidta.py):
+  phase 1 reveals each task group's sum of θ (one secure sum of task-slotted vectors over all
+  clients; group membership is public), the server computes τ̂ from the task models; phase 2
+  (paper mode) reveals each group's Σ c_j θ_j and Σ c_j; every client of task t receives
+  θ_t^new. The server never sees a client's θ under a secure protocol.
+- fedavg / fedprox: one secure sum of {θ_k, 1} over all clients (FedProx adds μ/2·||θ − θ_g||²).
+- local: no federation of prompts and heads (the clients still share the server's trunk).
+Evaluation (the measurement harness, outside the channel and any noise): after each round every
+client scores its own samples with its prompt, head and the server's trunk (dropout off); the round
+with the best mean validation accuracy is reported (the train-query part of B.8 is the validation
+split, never test).
+"""
+from __future__ import annotations
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from privfgl.methods.base import Setup
+from privfgl.methods.fedgpl import hidta
+from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params
+from privfgl.methods.fedgpl.pretrain import PretrainConfig, pretrained_trunk
+from privfgl.methods.fedgpl.prompt import Head, make_prompt
+from privfgl.methods.fedgpl.samples import TASKS, ClientSamples, client_datasets, reduce_features
+from privfgl.methods.fedgpl.split import M1, M2, M3, M4, SplitClient, SplitServer, split_step
+from privfgl.privacy.split_dp import SplitDP
+
+UPDATE = "prompt_update"
+SPLIT_TRUST = ("the server receives every client's prompted sample graphs (M1: node features, noised only under "
+               "--dp on=m1|split; edge_index and batch vector always in the clear) and per-sample embedding "
+               "gradients (M3: they reveal the labels unless noised); --protocol covers only the prompt/head sums")
+
+
+def build_clients(data: Data, num_clients: int, method_params: dict, seed: int
+                  ) -> tuple[list[Data], list[ClientSamples], torch.Tensor]:
+    """The clients' sample datasets (spec B.8); per client, the Data the round tracker scores: y [S],
+    train/val/test masks [S] over its samples (num_nodes = S, no edges); and the reduced node features
+    of the whole graph [N, dim] (the public copy attacks may declare as a dictionary)."""
+    p = resolve_params(method_params)
+    samples = client_datasets(data, num_clients, dim=p.dim, max_per_class=p.max_per_class,
+                              dirichlet_alpha=p.dirichlet_alpha, seed=seed)
+    features = reduce_features(data.x, p.dim, seed)  # the same reduction the samples carry
+    tracked = []
+    for s in samples:
+        d = Data(y=s.y.clone(), num_nodes=len(s.y))
+        d.train_mask, d.val_mask, d.test_mask = s.split == 0, s.split == 1, s.split == 2
+        tracked.append(d)
+    return tracked, samples, features
+
+
+def _flat(client: SplitClient) -> torch.Tensor:
+    return torch.cat([p.detach().double().reshape(-1) for p in client.parameters()])
+
+
+def _load(client: SplitClient, flat: torch.Tensor) -> None:
+    offset = 0
+    with torch.no_grad():
+        for p in client.parameters():
+            p.copy_(flat[offset:offset + p.numel()].reshape(p.shape).to(p.dtype))
+            offset += p.numel()
+
+
+def _graphs(samples: ClientSamples, part: int | None) -> list[Data]:
+    keep = range(len(samples.y)) if part is None else (samples.split == part).nonzero().flatten().tolist()
+    out = []
+    for i in keep:
+        g = samples.graphs[i]
+        d = Data(x=g.x, edge_index=g.edge_index, y=samples.y[i:i + 1])
+        if getattr(g, "node_ids", None) is not None:
+            d.node_ids = g.node_ids
+        out.append(d)
+    return out
+
+
+@torch.no_grad()
+def predict(client: SplitClient, trunk, samples: ClientSamples, eval_dropout: bool = False,
+            batch_size: int = 256) -> torch.Tensor:
+    """Logits [S, C] for the client's samples (harness: no channel, no noise). Only validation and test
+    samples are scored (no metric reads the training rows, which stay 0). Dropout off unless
+    eval_dropout (the authors' code evaluates with it on)."""
+    trunk.train(eval_dropout)
+    client.prompt.eval()
+    scored = (samples.split != 0).nonzero().flatten()
+    graphs = _graphs(samples, None)
+    logits = torch.zeros(len(samples.y), client.head.linear.out_features)
+    start = 0
+    for batch in DataLoader([graphs[i] for i in scored.tolist()], batch_size=batch_size):
+        x, e, b = client.prompt(batch.x, batch.edge_index, batch.batch, int(batch.num_graphs))
+        logits[scored[start:start + batch.num_graphs]] = client.head(trunk(x, e, b, int(batch.num_graphs)))
+        start += batch.num_graphs
+    trunk.train()
+    client.prompt.train()
+    return logits
+
+
+def _task_slots(thetas: list[torch.Tensor], weights: list[float], tasks: list[int], T: int) -> list[dict]:
+    """Client j's upload for a task-group sum: (w_j·θ_j, w_j) in its task's slot, zeros elsewhere."""
+    P = thetas[0].numel()
+    out = []
+    for theta, w, t in zip(thetas, weights, tasks):
+        sums, counts = torch.zeros(T, P, dtype=torch.float64), torch.zeros(T, dtype=torch.float64)
+        sums[t], counts[t] = w * theta, w
+        out.append({"theta": sums, "weight": counts})
+    return out
+
+
+def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], tasks: list[int],
+             start: torch.Tensor) -> torch.Tensor:
+    """The round's federated phase; loads every client's new θ and returns the task models it started
+    the next round from ([T, P]; for fedavg every row is the global θ)."""
+    fed, T = setup.federation, len(TASKS)
+    thetas = [_flat(c) for c in clients]
+    if p.fed == "local":
+        return start
+    if p.fed in ("fedavg", "fedprox") or r == 0:
+        total = fed.aggregate(r, UPDATE, [{"theta": t, "n": torch.ones(1, dtype=torch.float64)} for t in thetas])
+        new = (total["theta"] / total["n"]).expand(T, -1).clone()
+    else:
+        group = fed.aggregate(r, UPDATE, _task_slots(thetas, [1.0] * len(thetas), tasks, T))
+        now = group["theta"] / group["weight"].clamp_min(1.0).unsqueeze(1)   # θ'_t: task means
+        tau = hidta.transferability(now, start, p.hidta_mode)
+        setup.extras.setdefault("fedgpl_tau", []).append(tau.tolist())
+        if p.hidta_mode == "code":
+            new = tau @ now
+        else:
+            factors = [hidta.client_factor(theta, now[t]) for theta, t in zip(thetas, tasks)]  # client side
+            weighted = fed.aggregate(r, UPDATE + ":weighted", _task_slots(thetas, factors, tasks, T))
+            new = hidta.combine(tau, weighted["theta"], weighted["weight"])
+    for c, t in zip(clients, tasks):
+        _load(c, new[t])
+    return new
+
+
+def run_fedgpl(setup: Setup) -> None:
+    p = resolve_params(setup.method.params)
+    samples: list[ClientSamples] = setup.extras["fedgpl_samples"]
+    fed, m, timer = setup.federation, setup.method, setup.federation.timer
+    spec = setup.extras.get("split_dp_spec")
+    dp = SplitDP(spec) if spec is not None else None
+    if dp is not None:
+        setup.extras["dp"] = dp
+    num_classes = setup.num_classes
+    # the server's trunk: GraphCL on the unlabelled train/val sample graphs (assumed public, as in [C])
+    with timer.phase("pretrain"):
+        pool = [g for s in samples for g in _graphs(s, 0) + _graphs(s, 1)]
+        key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{len(samples)}"
+        trunk, info = pretrained_trunk(pool, p.dim, key,
+                                       PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout),
+                                       seed=m.seed, progress=m.progress)
+        setup.extras["fedgpl_pretrain"] = {k: v for k, v in info.items() if k != "losses"}
+    server = SplitServer(trunk, None if p.freeze_trunk else torch.optim.Adam(trunk.parameters(), lr=p.lr_trunk))
+    if p.freeze_trunk:
+        trunk.requires_grad_(False)
+    # clients: one common initial prompt and head (the server's broadcast of θ^(0))
+    clients = []
+    for k in range(len(samples)):
+        prompt = make_prompt(p.prompt, p.dim, m.seed, p.node_ratio, p.edge_ratio, p.candidates, p.gamma, p.tokens)
+        head = Head(p.hidden, num_classes, seed=m.seed)
+        optimizer = torch.optim.Adam([{"params": prompt.parameters(), "lr": p.lr_prompt, "weight_decay": p.wd_prompt},
+                                      {"params": head.parameters(), "lr": p.lr_head, "weight_decay": p.wd_head}])
+        clients.append(SplitClient(prompt, head, optimizer, mu=p.mu if p.fed == "fedprox" else 0.0))
+    schedulers = [torch.optim.lr_scheduler.StepLR(c.optimizer, step_size=10, gamma=0.95) for c in clients]
+    tasks = [TASKS.index(s.task) for s in samples]
+    task_models = _flat(clients[0]).expand(len(TASKS), -1).clone()
+    gen = torch.Generator().manual_seed(m.seed)
+    truth: list[dict] = setup.extras.setdefault("fedgpl_truth", [])  # auditor-only, kept like the transcript
+    keep = fed.transcript.keep
+    for r in setup.rounds("fedgpl"):
+        if keep != "all":
+            truth.clear()
+        with timer.phase("split_train"):
+            for k, (c, s) in enumerate(zip(clients, samples)):
+                c.anchor = [q.detach().clone() for q in c.parameters()] if c.mu else None
+                loader = DataLoader(_graphs(s, 0), batch_size=p.batch_size, shuffle=True, generator=gen)
+                for batch in loader:
+                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None)
+        if dp is not None:
+            dp.end_round()
+        for sch in schedulers:
+            sch.step()
+        with timer.phase("federate"):
+            task_models = federate(setup, p, r, clients, tasks, task_models)
+        with timer.phase("evaluate"):
+            setup.tracker.evaluate(r, [predict(c, trunk, s, p.eval_dropout) for c, s in zip(clients, samples)])
+    setup.extras["trust"] = {"split": SPLIT_TRUST}
+    setup.extras["metrics"] = {"split_bytes_per_client_round": split_bytes(setup),
+                               "per_task": per_task_accuracy(setup, tasks), "pretrain": setup.extras["fedgpl_pretrain"],
+                               "tau_last": setup.extras.get("fedgpl_tau", [None])[-1]}
+
+
+def split_bytes(setup: Setup) -> dict[str, float]:
+    """Bytes per client per round of each split message (M1, M3 received by the server; M2, M4 by clients)."""
+    fed, K, rounds = setup.federation, len(setup.clients), max(setup.method.rounds, 1)
+    out = {}
+    for label, name in (("M1", M1), ("M2", M2), ("M3", M3), ("M4", M4)):
+        total = sum(m.nbytes for party in fed.transcript.parties() for m in fed.transcript.view(party, name=name)
+                    if m.receiver == party)
+        out[label] = total / K / rounds
+    return out
+
+
+def per_task_accuracy(setup: Setup, tasks: list[int]) -> dict:
+    """Spec B.8's metric: test accuracy and macro-F1 averaged within each task, then over the tasks;
+    at the round chosen on validation ("acc", "f1"), at the last round ("last_acc"), and the task-mean
+    test accuracy of every round ("test_curve": what the authors' code selects its round from)."""
+    def by_task(per_client: list[dict], key: str) -> dict:
+        values = {name: [c[key] for c, t in zip(per_client, tasks) if t == i] for i, name in enumerate(TASKS)}
+        means = {name: sum(v) / len(v) for name, v in values.items() if v}
+        return {**means, "mean_over_tasks": sum(means.values()) / len(means)}
+    history = setup.tracker.history
+    return {"acc": by_task(setup.tracker.best["per_client"], "test_acc"),
+            "f1": by_task(setup.tracker.best["per_client"], "test_f1_macro"),
+            "last_acc": by_task(history[-1]["per_client"], "test_acc"),
+            "test_curve": [by_task(e["per_client"], "test_acc")["mean_over_tasks"] for e in history]}
