@@ -87,7 +87,7 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "label-inference": ("js", "cosine"), "stats-reconstruction": (),
              "he-key-recovery": ("key_fraction", "uploads_recovered", "cosine", "max_abs_error"),
              "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds"),
-             "split-features": ("cosine", "reid_top1", "reid_auc"), "split-labels": ("ari", "label_acc"),
+             "split-features": ("cosine", "reid_top1", "reid_auc", "sample_cosine"), "split-labels": ("ari", "label_acc"),
              "split-topology": ("edges_received", "row_share", "edge_share")}
 
 

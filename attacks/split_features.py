@@ -13,6 +13,13 @@ that came from real nodes: mean |cosine| between the reconstruction and the node
 features (baseline: the population mean's |cosine|), and re-identification against the dictionary:
 top-1 accuracy (baseline 1/N) and AUC of the true node's similarity against every other node's
 (baseline 0.5).
+
+Sample level: the mean of each sample graph's M1 rows (grouped by M1's batch vector, sent in the
+clear) is the direction of the sample's mean prompted feature; averaging a sample's ~50-150 rows
+shrinks per-row DP noise (whether enough to beat the baseline is measured, not assumed). Scored per sample
+by |cosine| to the mean true features of the sample's rows (baseline: the population mean). This
+is also what M2 (H, one row per sample) summarises; M2 and M4 are computed by the server from M1
+(and M3), so, by post-processing, a decoder on them cannot learn more than M1 and M3 give.
 """
 from __future__ import annotations
 
@@ -37,16 +44,19 @@ class FeatureAux:
     dictionary: torch.Tensor       # [N, d]
 
 
-def m1_rows(view: AdversaryView, k: int, round: int) -> tuple[int, torch.Tensor]:
-    """(the round attacked, every M1 row client k sent in it, in order [R, d]); round -1: the last."""
+def m1_rows(view: AdversaryView, k: int, round: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(the round attacked, every M1 row client k sent in it, in order [R, d], each row's sample
+    index in that round [R]); round -1: the last."""
     sent = [m for m in view.messages if m.name == M1 and m.sender == client_name(k) and m.tensors is not None]
     if not sent:
         raise NoInput(f"no plaintext {M1} from client{k} in the {view.party}'s view")
     r = max(m.round for m in sent) if round < 0 else round
-    rows = [m.tensors["x"] for m in sent if m.round == r]
-    if not rows:
+    this = [m for m in sent if m.round == r]
+    if not this:
         raise NoInput(f"no {M1} from client{k} in round {r}")
-    return r, torch.cat(rows).double()
+    offsets = torch.tensor([0] + [int(m.tensors["batch"].max()) + 1 for m in this[:-1]]).cumsum(0)
+    samples = torch.cat([m.tensors["batch"] + o for m, o in zip(this, offsets)])
+    return r, torch.cat([m.tensors["x"] for m in this]).double(), samples
 
 
 def sample_rows(total: int, rows: int, seed: int) -> torch.Tensor:
@@ -54,6 +64,13 @@ def sample_rows(total: int, rows: int, seed: int) -> torch.Tensor:
     if total <= rows:
         return torch.arange(total)
     return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:rows].sort().values
+
+
+def _sample_means(rows: torch.Tensor, samples: torch.Tensor, count: int | None = None) -> torch.Tensor:
+    """rows [R, d], sample index per row [R] -> the mean row of each sample [S, d] (0 where none)."""
+    count = int(samples.max()) + 1 if count is None else count
+    sums = torch.zeros(count, rows.shape[1], dtype=rows.dtype).index_add_(0, samples, rows)
+    return sums / torch.bincount(samples, minlength=count).clamp_min(1).unsqueeze(1).to(rows.dtype)
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -74,11 +91,14 @@ class SplitFeatures(Attack):
         return FeatureAux(client_index(target), self.round, self.rows, self.seed, table.mean(0), table)
 
     def attack(self, view: AdversaryView, aux: FeatureAux) -> dict:
-        r, rows = m1_rows(view, aux.client, aux.round)
+        r, rows, samples = m1_rows(view, aux.client, aux.round)
         chosen = sample_rows(len(rows), aux.rows, aux.seed)
         u = _unit(rows[chosen])
         u = u * torch.where(u @ aux.prior_mean >= 0, 1.0, -1.0).unsqueeze(1)
-        return {"round": r, "rows": chosen, "features": u, "similarity": (u @ _unit(aux.dictionary).T).abs()}
+        means = _unit(_sample_means(rows, samples))
+        means = means * torch.where(means @ aux.prior_mean >= 0, 1.0, -1.0).unsqueeze(1)
+        return {"round": r, "rows": chosen, "features": u, "similarity": (u @ _unit(aux.dictionary).T).abs(),
+                "samples": samples, "sample_features": means}
 
     def truth(self, setup, target: str) -> dict:
         k = client_index(target)
@@ -101,6 +121,13 @@ class SplitFeatures(Attack):
         base = (_unit(aux.prior_mean) * _unit(feats[real])).sum(1).abs()
         metrics = {"round": rec["round"], "rows_scored": int(real.sum()), "cosine": float(cos.mean())}
         baseline = {"cosine": float(base.mean()), "kind": "the population mean feature vector"}
+        # sample level: every row of the round, the real ones averaged per sample
+        all_real = true["features"].norm(dim=1) > 0
+        target = _unit(_sample_means(true["features"][all_real], rec["samples"][all_real],
+                                     len(rec["sample_features"])))
+        present = target.norm(dim=1) > 0
+        metrics["sample_cosine"] = float((rec["sample_features"][present] * target[present]).sum(1).abs().mean())
+        baseline["sample_cosine"] = float((_unit(aux.prior_mean) * target[present]).sum(1).abs().mean())
         if true["node_ids"] is not None:
             ids = true["node_ids"][rec["rows"]][real]
             sims = rec["similarity"][real]

@@ -42,7 +42,7 @@ def clear(graph):
 
 @pytest.fixture(scope="module")
 def noised(graph):
-    return fedgpl(graph, dp="laplace:epsilon=0.05,clip=1.0,on=split,mode=local")
+    return fedgpl(graph, dp="laplace:epsilon=0.05,clip=1.0,on=split,mode=local,seed=5")  # seeded: a fixed test
 
 
 def test_the_record_reports_accuracy_per_task_and_bytes_per_split_message(clear):
@@ -76,6 +76,7 @@ def test_m1_features_are_reidentified_without_dp_and_not_with_it(clear, noised):
     plain = findings(clear[0], clear[2], "split-features")[("split-features", "client0")]
     assert plain.metrics["reid_auc"] > 0.95 and plain.metrics["reid_auc"] > plain.baseline["reid_auc"] + 0.4
     assert plain.metrics["cosine"] > plain.baseline["cosine"]
+    assert plain.metrics["sample_cosine"] > plain.baseline["sample_cosine"] + 0.3  # each sample's mean features
     dp = findings(noised[0], noised[2], "split-features")[("split-features", "client0")]
     assert dp.metrics["reid_auc"] < 0.7
 
@@ -83,8 +84,9 @@ def test_m1_features_are_reidentified_without_dp_and_not_with_it(clear, noised):
 def test_m3_reveals_labels_without_dp_and_not_with_it(clear, noised):
     plain = findings(clear[0], clear[2], "split-labels")[("split-labels", "client0")]
     assert plain.metrics["label_acc"] > plain.baseline["label_acc"] + 0.3 and plain.metrics["ari"] > 0.3
-    dp = findings(noised[0], noised[2], "split-labels")[("split-labels", "client0")]
-    assert dp.metrics["label_acc"] < dp.baseline["label_acc"] + 0.2 and dp.metrics["ari"] < 0.15
+    dp = findings(noised[0], noised[2], "split-labels").values()  # every client: few rows each
+    assert sum(f.metrics["label_acc"] - f.baseline["label_acc"] for f in dp) / len(dp) < 0.1
+    assert sum(f.metrics["ari"] for f in dp) / len(dp) < 0.1
 
 
 def test_the_topology_report_counts_the_edges_the_server_received(clear):
@@ -114,3 +116,23 @@ def test_baselines_run_on_the_same_split(graph, fed, prompt):
     _, record, setup = fedgpl(graph, rounds=1, fed=fed, prompt=prompt)
     assert 0 <= record["metrics"]["per_task"]["acc"]["mean_over_tasks"] <= 1
     assert torch.isfinite(torch.tensor(record["metrics"]["test_acc"]))
+
+
+def test_evaluation_scores_validation_and_test_samples_with_dropout_off_unless_asked(graph):
+    from privfgl.methods.fedgpl.prompt import Head, make_prompt
+    from privfgl.methods.fedgpl.run import predict
+    from privfgl.methods.fedgpl.samples import client_datasets
+    from privfgl.methods.fedgpl.split import SplitClient
+    from privfgl.methods.fedgpl.trunk import Trunk
+    samples = client_datasets(graph, num_clients=3, dim=16, max_per_class=12, seed=0)[0]
+    torch.manual_seed(0)
+    prompt = make_prompt("vpg", 16, 0, 0.5, 0.9, 0, 0.5, 10)
+    client = SplitClient(prompt, Head(16, 3), torch.optim.Adam(prompt.parameters()))
+    trunk = Trunk(16, 16, 0.5)
+    first, second = predict(client, trunk, samples), predict(client, trunk, samples)
+    train = samples.split == 0
+    assert torch.equal(first, second)                      # dropout off: deterministic
+    assert (first[train] == 0).all() and (first[~train] != 0).any()
+    assert trunk.training                                  # the trunk is left in training mode
+    noisy = [predict(client, trunk, samples, eval_dropout=True) for _ in range(2)]
+    assert not torch.equal(noisy[0], noisy[1])             # the authors' evaluation: dropout on
