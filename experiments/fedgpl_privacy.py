@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="docs/fedgpl-privacy", help="writes OUT.csv, OUT.png and OUT.md")
     p.add_argument("--from-csv", default=None, help="only redraw OUT.png and OUT.md from this CSV")
+    p.add_argument("--resume", action="store_true", help="keep the runs already in OUT.csv and do the rest")
     args = p.parse_args(argv)
     if args.from_csv:
         out = Path(args.out)
@@ -174,12 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", UserWarning)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows = read_csv(out.with_suffix(".csv")) if args.resume and out.with_suffix(".csv").exists() else []
+    done = {(r["placement"], float(r["epsilon"])) for r in rows}
     for placement, epsilon in [(None, math.inf)] + [(pl, e) for pl in args.placements for e in args.epsilons]:
+        if (placement or "none", float(epsilon)) in done:
+            continue
         rows.append(one_run(args, placement, epsilon))
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
         with open(out.with_suffix(".csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
     plot(rows, out.with_suffix(".png"))

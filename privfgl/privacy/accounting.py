@@ -54,11 +54,14 @@ def laplace_basic_composition(epsilons: list[float]) -> float:
 
 
 def laplace_advanced_composition(epsilon: float, k: int, delta_prime: float) -> float:
-    """ε' of k adaptive ε-DP releases, at δ' (Dwork–Rothblum–Vadhan)."""
+    """ε' of k adaptive ε-DP releases, at δ' (Dwork–Rothblum–Vadhan); inf where e^ε overflows a
+    float (ε > 709: the bound is then far above basic composition's kε anyway)."""
     if not 0 < delta_prime < 1:
         raise ValueError(f"delta' must be in (0, 1), got {delta_prime}")
     if k == 0:
         return 0.0
+    if epsilon > 709:
+        return math.inf
     return epsilon * math.sqrt(2 * k * math.log(1 / delta_prime)) + k * epsilon * math.expm1(epsilon)
 
 

@@ -56,3 +56,10 @@ def test_laplace_composition_formulas():
     few.add_laplace(1.0, count=3)  # advanced is worse here: basic, pure DP
     assert few.spent() == {"epsilon": 3.0, "delta": 0.0, "accountant": "laplace-basic", "epsilon_basic": 3.0,
                            "epsilon_advanced": pytest.approx(laplace_advanced_composition(1.0, 3, 1e-5))}
+
+
+def test_huge_laplace_epsilons_compose_without_overflow():
+    acc = PrivacyAccountant(delta=1e-5)
+    acc.add_laplace(1000.0, count=20)  # e^1000 overflows a float: advanced composition is inf, basic stands
+    assert laplace_advanced_composition(1000.0, 20, 1e-5) == math.inf
+    assert acc.spent()["epsilon"] == 20000.0 and acc.spent()["accountant"] == "laplace-basic"
