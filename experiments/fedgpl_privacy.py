@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attacks import parse_attack, run_attacks  # noqa: E402
+from privfgl.cli import _key_value  # noqa: E402
 from privfgl.experiment import RunConfig, run  # noqa: E402
 
 FIELDS = ["placement", "epsilon", "clip", "epsilon_total", "accountant", "acc", "acc_node", "acc_edge", "acc_graph",
@@ -43,7 +44,7 @@ def one_run(args, placement: str | None, epsilon: float) -> dict:
     dp = None if placement is None else \
         f"laplace:epsilon={epsilon!r},clip={args.clip!r},on={placement},mode=local"
     cfg = RunConfig(method="fedgpl", dataset=args.dataset, partition="tasks", clients=9, rounds=args.rounds,
-                    seed=args.seed, dp=dp, transcript="last", progress=False)
+                    seed=args.seed, dp=dp, transcript="last", progress=False, method_params=dict(args.method_param))
     started = time.perf_counter()
     record, setup = run(cfg)
     attacks = [parse_attack(f"split-features:rows={args.rows}"), parse_attack("split-labels")]
@@ -106,7 +107,7 @@ def page(rows: list[dict], args, png: Path) -> str:
     reference = next(r for r in rows if r["placement"] == "none")
     lines = ["# FedGPL: accuracy and split-message leakage vs ε", "",
              f"Produced by `python experiments/fedgpl_privacy.py` ({args.dataset}, 9 clients, {args.rounds} rounds, "
-             f"seed {args.seed}, Laplace with per-row L1 clip C = {rows[-1]['clip']}, noise added by each message's "
+             f"seed {args.seed}, method params {dict(args.method_param) or 'default'}, Laplace with per-row L1 clip C = {rows[-1]['clip']}, noise added by each message's "
              "sender). ε is per message and round (scale C/ε); *ε total* is what the run record reports (basic "
              "composition over rounds and noised messages). Accuracy: test, mean over the three tasks, round chosen "
              "on validation. Attacks on the last round's messages, from the server's view only: M1 feature "
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rows", type=int, default=2000, help="M1 rows per client the feature attack scores")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--method-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="docs/fedgpl-privacy", help="writes OUT.csv, OUT.png and OUT.md")
     p.add_argument("--from-csv", default=None, help="only redraw OUT.png and OUT.md from this CSV")
     p.add_argument("--resume", action="store_true", help="keep the runs already in OUT.csv and do the rest")
