@@ -51,7 +51,8 @@ def one_run(dataset: str, fed: str, prompt: str, seed: int, rounds: int, method_
     m = record["metrics"]
     tasks, curve = m["per_task"], m["per_task"]["test_curve"]
     split = m["split_bytes_per_client_round"]
-    return {"dataset": dataset, "fed": fed, "prompt": prompt, "params": tag or "-", "seed": seed,
+    readable = ", ".join(f"{k}={v}" for k, v in sorted(method_params.items()))
+    return {"dataset": dataset, "fed": fed, "prompt": prompt, "params": readable or "-", "seed": seed,
             "acc": 100 * tasks["acc"]["mean_over_tasks"], "f1": 100 * tasks["f1"]["mean_over_tasks"],
             **{f"acc_{t}": 100 * tasks["acc"][t] for t in ("node", "edge", "graph")},
             "last_acc": 100 * tasks["last_acc"]["mean_over_tasks"], "best_test_acc": 100 * max(curve),
