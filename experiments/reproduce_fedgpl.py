@@ -89,8 +89,8 @@ def read_csv(path: Path) -> list[dict]:
                 for r in csv.DictReader(f)]
 
 
-def table(rows: list[dict], method_params: dict) -> str:
-    lines = ["# FedGPL reproduction" + (f" (method params: {method_params})" if method_params else ""), "",
+def table(rows: list[dict], method_params: dict, title: str = "reproduction") -> str:
+    lines = [f"# FedGPL {title}" + (f" (method params: {method_params})" if method_params else ""), "",
              "Produced by `experiments/reproduce_fedgpl.py`. 9 clients (3 per task: node, edge, graph), "
              "50 rounds unless the method says otherwise, 1 local epoch. **ours** = test accuracy (%) at the round with the best "
              "validation accuracy, averaged within each task and then over the tasks; mean ± population std over "
@@ -141,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/fedgpl.md")
     p.add_argument("--records", default=None, help="folder for the run records (default: beside --out)")
     p.add_argument("--from-csv", default=None, help="only rewrite --out from this CSV of runs")
+    p.add_argument("--title", default="reproduction", help="the page's title after 'FedGPL'")
     args = p.parse_args(argv)
     if args.from_csv:
         rows = read_csv(Path(args.from_csv))
-        Path(args.out).write_text(table(rows, dict(args.method_param)))
+        Path(args.out).write_text(table(rows, dict(args.method_param), args.title))
         print(Path(args.out).read_text())
         return 0
     configs = []
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(one_run(ds, fed, prompt, seed, args.rounds, method_params, records))
                 print(json.dumps(rows[-1]), f"({time.perf_counter() - start:.1f} s)", flush=True)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(table(rows, method_params))
+                out.write_text(table(rows, method_params, args.title))
                 with open(out.with_suffix(".csv"), "w", newline="") as f:
                     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
                     writer.writeheader()
