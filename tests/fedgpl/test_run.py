@@ -136,3 +136,16 @@ def test_evaluation_scores_validation_and_test_samples_with_dropout_off_unless_a
     assert trunk.training                                  # the trunk is left in training mode
     noisy = [predict(client, trunk, samples, eval_dropout=True) for _ in range(2)]
     assert not torch.equal(noisy[0], noisy[1])             # the authors' evaluation: dropout on
+
+
+def test_hidta_under_crypten_opens_only_task_group_sums_and_matches_plain(graph, clear):
+    from privfgl.federation import SERVER
+    cfg = RunConfig(method="fedgpl", dataset="sbm", partition="tasks", clients=3, rounds=2, protocol="crypten",
+                    method_params=SMALL, transcript="all", progress=False)
+    record, setup = run(cfg, data=graph)
+    view = setup.federation.transcript
+    uploads = [m for name in ("prompt_update", "prompt_update:weighted") for m in view.view(SERVER, name=name)]
+    assert uploads and all(m.kind == "share" and m.tensors is None for m in uploads)  # no client's θ in the clear
+    opened = view.view(SERVER, name="prompt_update:sum") + view.view(SERVER, name="prompt_update:weighted:sum")
+    assert opened and all(m.tensors is not None for m in opened)  # only the (task-group) sums open
+    assert record["metrics"]["per_task"]["acc"] == pytest.approx(clear[1]["metrics"]["per_task"]["acc"], abs=0.02)
