@@ -12,25 +12,39 @@ Minority accuracy (test nodes whose label is not their client's majority trainin
 metric) is also split by the node's homophily h_i (FedSpray Eq. 1: the share of its neighbours in
 the client's graph with its label; evaluation only, it reads every label): `minority_by_homophily`
 {"low": h < 0.5, "high": h >= 0.5, "isolated": no neighbour} -> {"n", "acc"}, pooled over clients.
+
+Evaluation settings beyond the clients' own graphs (FedLoG's, privfgl.data.settings; `--evaluate`):
+each round the method's `predict_on(graphs)` gives client k's model's eval-mode logits [n_k, C] on
+graphs[k]; per setting, `settings` {name: {"test_acc", "n_test", "per_client": [{"client", "n_test",
+"correct", "test_acc"}]}} with "seen" (the clients' own test nodes) first. test_acc is pooled over
+clients ("micro": correct / test nodes, each client counted on its own graph) or, for a setting
+tested on one shared graph (new-client), the unweighted mean of the clients' accuracies; None
+without test nodes. The summary keeps the best-validation round's under `settings` and the last
+round's under `last.settings`; selection still reads only the seen validation nodes.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
+from privfgl.data.settings import EvalSetting
 from privfgl.metrics import accuracy, confusion_by_client, macro_f1, node_homophily, weighted_mean
 
 
 class RoundTracker:
     """Evaluates every client each round and remembers the best-validation round.
 
-    clients: per-client Data with y, train_mask, val_mask, test_mask.
+    clients: per-client Data with y, train_mask, val_mask, test_mask. settings: the evaluation
+    settings beyond the clients' own test nodes (none: the seen setting alone, no `settings` block).
     """
 
     SELECTIONS = ("val_acc", "val_loss")
 
-    def __init__(self, clients: list[Data], num_classes: int, select: str = "val_acc"):
+    def __init__(self, clients: list[Data], num_classes: int, select: str = "val_acc",
+                 settings: list[EvalSetting] = ()):
         if select not in self.SELECTIONS:
             raise ValueError(f"unknown model selection {select!r}; valid: {', '.join(self.SELECTIONS)}")
         self.select = select
@@ -46,15 +60,18 @@ class RoundTracker:
         self.minority_mask = self.test_mask & (self.y != majority[self.client])
         bins = torch.cat([homophily_bins(c) for c in clients])
         self.minority_by_bin = {name: self.minority_mask & (bins == code) for code, name in enumerate(HOMOPHILY_BINS)}
+        self.settings = list(settings)
         self.history: list[dict] = []
         self.best: dict | None = None
 
     def _confusion(self, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return confusion_by_client(pred[mask], self.y[mask], self.client[mask], self.num_clients, self.num_classes)
 
-    def evaluate(self, round: int, logits: list[torch.Tensor], stage: str = "train") -> dict:
+    def evaluate(self, round: int, logits: list[torch.Tensor], stage: str = "train",
+                 predict_on: Callable[[list[Data]], list[torch.Tensor]] | None = None) -> dict:
         """Metrics of this round from every client's logits [n_k, C] on its own nodes; updates the
-        best round (ties keep the earlier round)."""
+        best round (ties keep the earlier round). predict_on(graphs) -> client k's eval-mode logits
+        [n_k, C] on graphs[k] (len(graphs) == K); needed when the run has settings."""
         pred = torch.cat([out.argmax(-1) for out in logits])
         val, test = self._confusion(pred, self.val_mask), self._confusion(pred, self.test_mask)
         val_acc, test_acc, test_f1 = accuracy(val), accuracy(test), macro_f1(test)
@@ -80,6 +97,9 @@ class RoundTracker:
                                  "test_correct": int(test_correct[k]), "test_n_minority": int(n_minority[k]),
                                  "test_minority_correct": int(minority_correct[k])}
                                 for k, c in enumerate(self.clients)]}
+        if self.settings:
+            entry["settings"] = {"seen": _setting_metrics([(int(n), int(c)) for n, c in zip(n_test, test_correct)]),
+                                 **self._settings(predict_on)}
         if self.select == "val_loss":
             out = torch.cat(logits)
             entry["val_loss"] = float(F.cross_entropy(out[self.val_mask].double(), self.y[self.val_mask])) \
@@ -91,6 +111,23 @@ class RoundTracker:
         if better:
             self.best = entry
         return entry
+
+    def _settings(self, predict_on: Callable[[list[Data]], list[torch.Tensor]] | None) -> dict:
+        """Each setting's metrics; one predict_on call per distinct list of graphs (settings on the
+        same graphs, which differ only in test_mask, share it)."""
+        if predict_on is None:
+            raise ValueError(f"this run evaluates the settings {', '.join(s.name for s in self.settings)}, "
+                             "but the method passed no predict_on to RoundTracker.evaluate")
+        cache: dict[tuple, list[torch.Tensor]] = {}
+        out = {}
+        for s in self.settings:
+            key = tuple((id(g.x), id(g.edge_index)) for g in s.graphs)
+            if key not in cache:
+                cache[key] = predict_on(s.graphs)
+            counts = [(int(g.test_mask.sum()), int((o.argmax(-1)[g.test_mask] == g.y[g.test_mask]).sum()))
+                      for g, o in zip(s.graphs, cache[key])]
+            out[s.name] = _setting_metrics(counts, shared=s.average == "clients")
+        return out
 
     def summary(self) -> dict:
         """The run's metrics block: best-validation round's test metrics plus the last round's."""
@@ -108,10 +145,12 @@ class RoundTracker:
             "test_f1_macro_micro": best["test_f1_macro_micro"], "val_acc": best["val_acc"],
             "minority_acc": best["minority_acc"], "minority_by_homophily": best["minority_by_homophily"],
             "best_round": best["round"], "best_stage": best["stage"],
-            "last": {k: last[k] for k in ("round", "stage", "val_acc", "test_acc", "test_f1_macro", "minority_acc")},
+            "last": {k: last[k] for k in ("round", "stage", "val_acc", "test_acc", "test_f1_macro", "minority_acc",
+                                          "settings") if k in last},
             "curve": [{k: e[k] for k in ("round", "stage", "val_acc", "test_acc")} for e in self.history],
             "per_client": best["per_client"],
             **({"val_loss": best["val_loss"], "selected_by": "val_loss"} if self.select == "val_loss" else {}),
+            **({"settings": best["settings"]} if self.settings else {}),
         }
 
 
@@ -130,6 +169,21 @@ def homophily_bins(client: Data) -> torch.Tensor:
     (a client without ``edge_index`` has only isolated nodes). int64 [n]."""
     h = node_homophily(client.y, getattr(client, "edge_index", None), int(client.num_nodes))
     return torch.where(h.isnan(), 2, torch.where(h < 0.5, 0, 1)).long()
+
+
+def _setting_metrics(counts: list[tuple[int, int]], shared: bool = False) -> dict:
+    """{"test_acc", "n_test", "per_client"} from each client's (test nodes, correct). Pooled over
+    clients, or with `shared` (every client tested on one graph) the unweighted mean of the
+    clients' accuracies, n_test that graph's test nodes."""
+    per_client = [{"client": k, "n_test": n, "correct": c, "test_acc": c / n if n else None}
+                  for k, (n, c) in enumerate(counts)]
+    if shared:
+        n_test = counts[0][0] if counts else 0
+        acc = _mean([c["test_acc"] for c in per_client if c["n_test"]])
+    else:
+        n_test = sum(n for n, _ in counts)
+        acc = sum(c for _, c in counts) / n_test if n_test else None
+    return {"test_acc": acc, "n_test": n_test, "per_client": per_client}
 
 
 def _mean(values: list[float]) -> float | None:

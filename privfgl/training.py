@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from privfgl.models import build_model
-from privfgl.models.stacked import STACKABLE, BlockGraph, from_stacked, stacked_forward, to_stacked
+from privfgl.models.stacked import (STACKABLE, BlockGraph, BlockGraphs, from_stacked, stacked_forward, stacked_predict,
+                                    to_stacked)
 
 Params = dict[str, torch.Tensor]
 ENGINES = ("auto", "stacked", "looped")
@@ -71,6 +72,10 @@ class LocalTrainers(ABC):
     @abstractmethod
     def predict(self) -> list[torch.Tensor]:
         """Eval-mode logits of every client's model on its own nodes: list of [n_k, C]."""
+
+    @abstractmethod
+    def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
+        """Eval-mode logits of client k's model on graphs[k] (x, edge_index; len K): list of [n_k, C]."""
 
 
 def _optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
@@ -131,6 +136,14 @@ class LoopedTrainers(LocalTrainers):
             outs.append(m(c.x, c.edge_index).cpu())
         return outs
 
+    @torch.no_grad()
+    def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
+        outs = []
+        for g, m in zip(graphs, self.models, strict=True):
+            m.eval()
+            outs.append(m(g.x.to(self.device), g.edge_index.to(self.device)).cpu())
+        return outs
+
 
 class StackedTrainers(LocalTrainers):
     """All clients at once: parameters [K, ...] over a block-diagonal graph, one Adam."""
@@ -150,6 +163,7 @@ class StackedTrainers(LocalTrainers):
         self.params = {n: to_stacked(n, torch.stack([p[n] for p in init])).to(self.device).requires_grad_(True)
                        for n in init[0]}
         self.optim = _optimizer(self.params.values(), cfg)
+        self.eval_graphs = BlockGraphs(self.device)
 
     def get_params(self, k: int) -> Params:
         return {n: from_stacked(n, v[k].detach()) if n.endswith("weight") else v[k].detach().clone()
@@ -187,6 +201,11 @@ class StackedTrainers(LocalTrainers):
     def predict(self) -> list[torch.Tensor]:
         out = self._forward(False).cpu()
         return self.graph.split(out)
+
+    def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
+        if len(graphs) != self.num_clients:
+            raise ValueError(f"predict_on: {len(graphs)} graphs for {self.num_clients} clients")
+        return stacked_predict(self.cfg.model, self.params, self.eval_graphs.of(graphs), self.cfg.layers)
 
 
 def make_trainers(clients: list[Data], cfg: ModelConfig, init: list[Params], engine: str = "auto",

@@ -70,7 +70,7 @@ def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params],
             trainers.train(m.local_epochs, prox_mu=prox_mu, anchors=anchors)
         if m.evaluation == "local_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict())
+                setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)
         with timer.phase("client_upload"):
             uploads = [upload(k, trainers.get_params(k), received) for k in range(K)]
         sums = fed.aggregate(r, "model_update", uploads, sample_rate=sample_rate)
@@ -81,10 +81,10 @@ def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params],
             trainers.set_all_params(received)
         if m.evaluation == "global_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict())
+                setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)
 
     for e in range(m.finetune_epochs):
         with timer.phase("finetune"):
             trainers.train(1)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(m.rounds + e, trainers.predict(), stage="finetune")
+            setup.tracker.evaluate(m.rounds + e, trainers.predict(), stage="finetune", predict_on=trainers.predict_on)

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch_geometric.data import Data
 
 from privfgl.methods.base import Setup
 from privfgl.methods.fedspray_model import (ENCODER, embed, head, init_encoder, init_gnn,
                                             initial_proxies, load_encoder, stack_encoder)
 from privfgl.methods.fedspray_params import BACKBONES, FedSprayParams, resolve_params
-from privfgl.models.stacked import BlockGraph, from_stacked, stacked_forward
+from privfgl.models.stacked import BlockGraph, BlockGraphs, from_stacked, stacked_forward, stacked_predict
 from privfgl.privacy.message_dp import guard_denominators
 from privfgl.training import ModelConfig
 
@@ -69,6 +70,7 @@ class FedSprayClients:
     def __init__(self, setup: Setup, p: FedSprayParams, omega: dict, device: torch.device):
         self.p, self.K, self.C = p, len(setup.clients), setup.num_classes
         self.graph = g = BlockGraph([c.x for c in setup.clients], [c.edge_index for c in setup.clients], device)
+        self.eval_graphs = BlockGraphs(device)  # the evaluation settings' graphs (predict_on)
         # Phase 2's losses read labelled rows only, and g_e, g_c, g_p act row by row: its forward
         # passes run on the labelled nodes alone (no edges; same per-client weights), which is
         # Phase 2 as written (up to float rounding), at |V_L|/|V| of the cost (the first layer dominates).
@@ -127,6 +129,10 @@ class FedSprayClients:
     def predict(self) -> torch.Tensor:
         """The personalised GNNs' eval-mode logits [N, C]."""
         return stacked_forward(self.arch, self.theta, self.graph, self.layers, self.p.dropout, False)
+
+    def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
+        """Client k's personalised GNN's eval-mode logits on graphs[k]: list of [n_k, C]."""
+        return stacked_predict(self.arch, self.theta, self.eval_graphs.of(graphs), self.layers)
 
     def phase2(self, S: torch.Tensor, gnn_logits: torch.Tensor) -> None:
         """E steps of Eq. 11 on every client's encoder copy (already ω_{r-1}) and its labelled proxies."""
@@ -214,7 +220,7 @@ def run_fedspray(setup: Setup) -> None:
             clients.phase1(omega_r, S_r)
             logits = clients.predict()
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, clients.graph.split(logits.cpu()))
+            setup.tracker.evaluate(r, clients.graph.split(logits.cpu()), predict_on=clients.predict_on)
         with timer.phase("local_train"):
             clients.phase2(S_r, logits)
         with timer.phase("client_upload"):

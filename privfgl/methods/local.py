@@ -16,4 +16,4 @@ def run_local(setup: Setup) -> None:
         with timer.phase("local_train"):
             trainers.train(m.local_epochs)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, trainers.predict())
+            setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)

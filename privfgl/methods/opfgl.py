@@ -24,7 +24,9 @@ One round:
 4. clients (opfgl_personalize): stage 1 on the pseudo-graph, stage 2 fine-tuning with γ-weighted
    distillation, per-client early stopping on local validation accuracy.
 5. `setup.tracker.evaluate(0, logits, stage="stage2")` once, with each client's logits from its own
-   best stage-2 check, so the record's test_acc is the paper's protocol (spec §4.1).
+   best stage-2 check, so the record's test_acc is the paper's protocol (spec §4.1). On the
+   evaluation settings' graphs (`--evaluate`) each client runs those same personalised GCNs; they
+   read only the graph's x and edges (γ and the soft labels enter only the stage-2 loss).
 
 Model: the run's backbone must be `gcn` (the paper's; `hidden`/`layers` from the run config).
 Optimisation settings are O-pFGL's own method params (stage learning rates, dropout 0, no weight
@@ -41,8 +43,9 @@ from privfgl.methods import opfgl_dp
 from privfgl.methods.base import Setup
 from privfgl.methods.opfgl_condense import PseudoGraph, condense
 from privfgl.methods.opfgl_params import OPFGLParams, resolve_params
-from privfgl.methods.opfgl_personalize import LocalGraphs, Schedule, from_pyg, stage1, stage2
+from privfgl.methods.opfgl_personalize import LocalGraphs, Schedule, from_pyg, stage1, stage2, to_pyg_names
 from privfgl.methods.opfgl_stats import ClientView, client_statistics, pooled_statistics, pseudo_class_sizes
+from privfgl.models.stacked import BlockGraph, stacked_predict
 from privfgl.training import ModelConfig, init_params
 
 
@@ -157,5 +160,11 @@ def run_opfgl(setup: Setup) -> None:
         gamma = _gamma(views, p)
         personal = stage2(global_models.params, graphs, None if gamma is None else gamma.to(device), cfg.layers,
                           p.dropout, Schedule(p.lr_stage2, p.max_iters, p.eval_every, p.patience))
+
+    def predict_on(eval_graphs: list) -> list[torch.Tensor]:
+        """Client k's personalised GCN on eval_graphs[k]: list of [n_k, C]."""
+        block = BlockGraph([g.x for g in eval_graphs], [g.edge_index for g in eval_graphs], device)
+        return stacked_predict("gcn", to_pyg_names(personal.params, cfg.layers), block, cfg.layers)
+
     with timer.phase("evaluate"):
-        setup.tracker.evaluate(0, graphs.split(personal.logits.cpu()), stage="stage2")
+        setup.tracker.evaluate(0, graphs.split(personal.logits.cpu()), stage="stage2", predict_on=predict_on)

@@ -110,6 +110,13 @@ def from_pyg(init: Params, layers: int, num_clients: int) -> Params:
     return out
 
 
+def to_pyg_names(params: Params, layers: int) -> Params:
+    """Stacked w{i} [K, in, out], b{i} [K, out] under the PyG GCN names of privfgl.models.stacked
+    (the same layout), for `stacked_predict` on other graphs."""
+    return {name: params[f"{key}{i}"] for i in range(layers)
+            for name, key in ((f"convs.{i}.lin.weight", "w"), (f"convs.{i}.bias", "b"))}
+
+
 def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)
 

@@ -163,6 +163,32 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n_rows: int
         return coo.coalesce().to_sparse_csr()
 
 
+class BlockGraphs:
+    """BlockGraphs of lists of client graphs (x [n_k, F], edge_index [2, E_k]), each built once, so
+    its sparse operators are too: for graphs that do not change (the evaluation settings' graphs,
+    given again every round). Keyed by the graphs' identities; the lists are held, so an identity
+    cannot be reused meanwhile."""
+
+    def __init__(self, device: str | torch.device = "cpu"):
+        self.device = device
+        self._built: dict[tuple[int, ...], tuple[list, BlockGraph]] = {}
+
+    def of(self, graphs: list) -> BlockGraph:
+        key = tuple(id(g) for g in graphs)
+        if key not in self._built:
+            self._built[key] = (list(graphs), BlockGraph([g.x for g in graphs], [g.edge_index for g in graphs],
+                                                         self.device))
+        return self._built[key][1]
+
+
+@torch.no_grad()
+def stacked_predict(arch: str, params: dict[str, torch.Tensor], graph: BlockGraph,
+                    layers: int) -> list[torch.Tensor]:
+    """Eval-mode logits of client k's model (params [K, ...]) on graph's block k: list of [n_k, C]
+    on the CPU."""
+    return graph.split(stacked_forward(arch, params, graph, layers, 0.0, False).cpu())
+
+
 def stacked_forward(arch: str, params: dict[str, torch.Tensor], graph: BlockGraph, layers: int,
                     p_drop: float, training: bool) -> torch.Tensor:
     """Logits [N, C] of every client's model on its own rows. params: PyG names -> [K, ...]."""
