@@ -23,6 +23,10 @@ def _ratios(text: str) -> tuple[float, float, float]:
     return parts
 
 
+def _settings(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(","))
+
+
 def _key_value(text: str) -> tuple[str, object]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
@@ -74,6 +78,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--engine", help="auto (default), stacked (all clients at once), looped (one model per client)")
     a("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
                            "or global_model (the aggregated model on each client's data)")
+    a("--evaluate", type=_settings, metavar="SETTINGS",
+      help="evaluation settings, comma-separated: seen (default), unseen-node, missing-class, new-client (the "
+           "closed-set regime: all four are reported), or open-set (docs/evaluation-settings.md)")
     a("--data-root", help="folder with the datasets (default $PRIVFGL_DATA, else ~/.cache/privfgl/datasets)")
     a("--offline", action="store_true", default=None, help="never download; fail if the dataset is not on disk")
     a("--transcript", help="which payloads the transcript keeps: last (default), all, none")
@@ -115,6 +122,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in --config; valid: {', '.join(_FIELDS)}")
     if "split" in values:
         values["split"] = tuple(values["split"])
+    if isinstance(values.get("evaluate"), str):
+        values["evaluate"] = _settings(values["evaluate"])
+    elif isinstance(values.get("evaluate"), list):
+        values["evaluate"] = tuple(values["evaluate"])
     return RunConfig(**values)
 
 

@@ -14,6 +14,7 @@ import torch
 
 import protocols
 from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
+from privfgl.data.settings import CLOSED_SETTINGS, EVAL_SETTINGS, OPEN_SETTINGS, build_regime, regime_of
 from privfgl.data.splits import SPLIT_MODES
 from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
@@ -31,6 +32,8 @@ DEFAULT_SPLIT = (0.2, 0.4, 0.4)
 EVALUATION_MODES = ("local_model", "global_model")
 # Protocol parameters a method needs by default, per protocol (filled in only where unset).
 METHOD_PROTOCOL_DEFAULTS = {"opfgl": OPFGL_PROTOCOL_DEFAULTS, "fedomd": FEDOMD_PROTOCOL_DEFAULTS}
+# Methods that evaluate on the settings' graphs (--evaluate beyond seen): they pass predict_on to the tracker.
+SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfgl"}
 
 
 @dataclass
@@ -63,6 +66,7 @@ class RunConfig:
     device: str = "cpu"
     engine: str = "auto"
     evaluation: str = "local_model"
+    evaluate: tuple[str, ...] = ("seen",)  # evaluation settings (privfgl.data.settings); beyond seen: FedLoG's regimes
     data_root: str | None = None
     download: bool = True
     transcript: str = "last"
@@ -110,7 +114,31 @@ class RunConfig:
         if self.method == "fedgpl" and self.clients % 3:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
+        self._validate_evaluate()
         check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
+
+    def _validate_evaluate(self) -> None:
+        """--evaluate: known names; the open regime alone; a method that predicts on other graphs."""
+        if isinstance(self.evaluate, str) or not self.evaluate:
+            raise ConfigError(f"invalid evaluate {self.evaluate!r}; valid: a list of settings from "
+                              f"{', '.join(EVAL_SETTINGS)} (e.g. seen or unseen-node,missing-class,new-client)")
+        for name in self.evaluate:
+            if name not in EVAL_SETTINGS:
+                raise ConfigError(f"invalid evaluate setting {name!r}; valid: {', '.join(EVAL_SETTINGS)}")
+        closed = [s for s in self.evaluate if s in CLOSED_SETTINGS]
+        if closed and any(s in OPEN_SETTINGS for s in self.evaluate):
+            raise ConfigError(f"--evaluate open-set cannot be combined with {', '.join(closed)}: open-set trains on "
+                              "the open regime's data (20% of the nodes cropped), the others on the closed-set "
+                              "regime's; run them separately")
+        if regime_of(self.evaluate) is None:
+            return
+        names = ",".join(s for s in self.evaluate if s != "seen")
+        if self.method not in SETTINGS_METHODS:
+            raise ConfigError(f"--evaluate {names} is not supported by method {self.method}; supported: "
+                              f"{', '.join(sorted(SETTINGS_METHODS))}")
+        if self.partition == "planted":
+            raise ConfigError(f"--evaluate {names} partitions the graph into clients + 1 parts; partition planted "
+                              "has only the graph's own clients; use another --partition")
 
 
 def _versions() -> dict:
@@ -158,15 +186,21 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
         data = load_dataset(cfg.dataset, cfg.data_root, download=cfg.download)
     cache = partition_cache_dir()
     data_seed = cfg.seed if cfg.partition_seed is None else cfg.partition_seed
-    extras = {}
+    extras, settings = {}, []
     if cfg.partition == TASK_PARTITION:  # FedGPL's clients: induced sample graphs per task level (spec B.8)
         from privfgl.methods.fedgpl.run import build_clients
         clients, extras["fedgpl_samples"], extras["population_features"] = build_clients(
             data, cfg.clients, cfg.method_params, data_seed)
     else:
-        parts = partition_nodes(data, cfg.partition, cfg.clients, seed=data_seed, cache_dir=cache,
-                                **cfg.partition_params)
-        clients = client_subgraphs(data, parts)
+        def partition(graph, num_parts: int) -> list[torch.Tensor]:
+            return partition_nodes(graph, cfg.partition, num_parts, seed=data_seed, cache_dir=cache,
+                                   **cfg.partition_params)
+        regime = regime_of(cfg.evaluate)
+        if regime is None:
+            clients = client_subgraphs(data, partition(data, cfg.clients))
+        else:  # FedLoG's evaluation settings: K + 1 parts, missing classes removed (privfgl.data.settings)
+            built = build_regime(data, regime, partition, cfg.clients, data_seed)
+            clients, settings, extras["data_regime"] = built.clients, built.settings, built.metadata()
         split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
     protocol_params = effective_protocol_params(cfg)
     protocol = protocols.get_protocol(cfg.protocol, **protocol_params)
@@ -178,7 +212,7 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
                           cfg.seed, cfg.progress, dict(cfg.method_params))
-    tracker = RoundTracker(clients, int(data.num_classes))
+    tracker = RoundTracker(clients, int(data.num_classes), settings=settings)
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
                  extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
                          "protocol_params": protocol_params, **extras})
@@ -203,7 +237,7 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
         torch.set_num_threads(threads_before)
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
-    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split),
+    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split), "evaluate": list(cfg.evaluate),
               "dataset_name": setup.extras["dataset_name"],
               "protocol_params": params,
               "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},

@@ -23,6 +23,7 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "schema": SCHEMA_VERSION,
         "config": config,
         "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
+        **({"data_regime": setup.extras["data_regime"]} if "data_regime" in setup.extras else {}),  # --evaluate
         "cost": cost,
         "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict()},
         "privacy": {
