@@ -1,0 +1,211 @@
+"""One FedLoG client (spec A.2-A.5): its private graph, model φ_k, synthetic features X_head and
+X_tail, the class curriculum γ_k and the frozen class generators {NG^c} once received. Only
+`uploads` and `generator_upload` leave it (pre-weighted sums for the protocol)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+
+from privfgl.methods.fedlog.generator import NeighbourGenerator, load_flat, new_generator
+from privfgl.methods.fedlog.model import FedLoGModel, gate, in_degree, mix, neighbour_mean
+from privfgl.methods.fedlog.params import FedLoGParams
+
+EVAL_CHUNK = 1024  # queries per classifier call at evaluation (bounds the [B, P, D] message tensor)
+
+
+class GlobalSynthetic:
+    """D_g as a client holds it: x [m, d] (raw feature space), y [m], generators {c: NG^c}."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, generators: dict[int, NeighbourGenerator]):
+        self.x, self.y, self.generators = x, y, generators
+
+
+class FedLoGClient:
+    def __init__(self, k: int, data: Data, num_classes: int, p: FedLoGParams, init_model: dict,
+                 init_synthetic: tuple[torch.Tensor, torch.Tensor], seed: int):
+        self.k, self.p, self.C = k, p, num_classes
+        self.data = data
+        self.n = int(data.num_nodes)
+        self.train_idx = data.train_mask.nonzero().view(-1)
+        self.degree = in_degree(data.edge_index, self.n)
+        self.model = FedLoGModel(data.num_features, p)
+        self.model.load_state_dict(init_model)
+        self.x_head = init_synthetic[0].clone().requires_grad_(True)
+        self.x_tail = init_synthetic[1].clone().requires_grad_(True)
+        self.y_syn = torch.arange(num_classes).repeat_interleave(p.s)
+        self.gamma = torch.zeros(num_classes)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+        self.opt_syn = torch.optim.Adam([self.x_head, self.x_tail], lr=p.lr_synthetic)
+        self.rng = torch.Generator().manual_seed(seed * 1000 + k)   # minibatch order, within-class permutations
+        counts = torch.bincount(data.y[self.train_idx], minlength=num_classes).double()
+        self.n_train = int(self.train_idx.numel())
+        self.class_rate = counts / max(self.n_train, 1)               # r_k^c on training nodes [P App B]
+
+    # --- forward ---------------------------------------------------------------------------------
+    def _embed(self, x: torch.Tensor, edge_index: torch.Tensor, extra: list[torch.Tensor],
+               pair_edges: torch.Tensor | None = None):
+        """One GraphSAGE pass over the real graph, the synthetic sets (self-loops: G_I, A.12.11) and
+        optional extra rows; returns h of the real nodes, the prototypes of each branch and h of extras."""
+        n, m = x.shape[0], self.x_head.shape[0]
+        rows = [x, self.x_head, self.x_tail, *extra]
+        loops = torch.arange(n, n + 2 * m)
+        edges = [edge_index, torch.stack([loops, loops])]
+        if pair_edges is not None:
+            edges.append(pair_edges + n + 2 * m)
+        h = self.model.embedder(torch.cat(rows), torch.cat(edges, 1))
+        return h[:n], h[n:n + m], h[n + m:n + 2 * m], h[n + 2 * m:]
+
+    def _classify(self, h: torch.Tensor, nbr: torch.Tensor, alpha: torch.Tensor, p_head, p_tail,
+                  form: str = "prob") -> torch.Tensor:
+        lp_head = self.model.head(h, nbr, p_head, self.p.s)
+        lp_tail = self.model.tail(h, nbr, p_tail, self.p.s)
+        return mix(lp_head, lp_tail, alpha, form)
+
+    def _global_inputs(self, dg: GlobalSynthetic) -> tuple[torch.Tensor, torch.Tensor]:
+        """Customised D_g (Eq. 8: x̂ = x + γ[c](x̄ − x)) and each node's generated neighbour NG^c(x̂):
+        rows [x̂ ; N_g] [2m, d] and the pair edges (i <-> m + i) [2, 2m]."""
+        x = dg.x + self.gamma[dg.y][:, None] * (dg.x.mean(0, keepdim=True) - dg.x)
+        with torch.no_grad():
+            nbr = torch.empty_like(x)
+            for c, gen in dg.generators.items():
+                rows = dg.y == c
+                nbr[rows] = gen(x[rows])
+        m = x.shape[0]
+        i = torch.arange(m)
+        return torch.cat([x, nbr]), torch.stack([torch.cat([i, i + m]), torch.cat([i + m, i])])
+
+    # --- local training ----------------------------------------------------------------------------
+    def train_round(self, dg: GlobalSynthetic | None) -> None:
+        """`local_epochs` epochs of minibatches: L_cls + β L_norm (+ L_g on D_g when received; the
+        code's joint loss, A.12.9), Adam on φ_k and on X_head, X_tail; γ_k's curriculum."""
+        p, d = self.p, self.data
+        self.model.train()
+        alpha_all = gate(self.degree, p.tail_degree)
+        for _ in range(p.local_epochs):
+            order = self.train_idx[torch.randperm(self.n_train, generator=self.rng)]
+            for start in range(0, self.n_train, p.batch_size):
+                batch = order[start:start + p.batch_size]
+                extra, pairs = ([], None) if dg is None else self._global_inputs(dg)
+                extra = [extra] if dg is not None else []
+                h, p_head, p_tail, h_g = self._embed(d.x, d.edge_index, extra, pairs)
+                nbr = neighbour_mean(h, d.edge_index, self.n)
+                lp = self._classify(h[batch], nbr[batch], alpha_all[batch], p_head, p_tail, p.mixture)
+                loss = F.nll_loss(lp, d.y[batch])
+                loss = loss + p.beta * 0.5 * (self.x_head.norm() + self.x_tail.norm())
+                if dg is not None:
+                    m = dg.y.numel()
+                    half = torch.full((m,), 0.5)
+                    lp_g = self._classify(h_g[:m], h_g[m:], half, p_head, p_tail, p.mixture)
+                    loss = loss + p.generalization_weight * F.nll_loss(lp_g, dg.y)
+                    if p.gamma_update == "batch":
+                        self._step_gamma(lp_g.detach(), dg.y, both_ways=True)
+                self.opt.zero_grad()
+                self.opt_syn.zero_grad()
+                loss.backward()
+                self.opt.step()
+                self.opt_syn.step()
+        if dg is not None and p.gamma_update == "round":
+            self.model.eval()
+            with torch.no_grad():
+                rows, pairs = self._global_inputs(dg)
+                _, p_head, p_tail, h_g = self._embed(d.x, d.edge_index, [rows], pairs)
+                m = dg.y.numel()
+                self._step_gamma(self._classify(h_g[:m], h_g[m:], torch.full((m,), 0.5), p_head, p_tail), dg.y,
+                                 both_ways=False)
+
+    def _step_gamma(self, lp: torch.Tensor, y: torch.Tensor, both_ways: bool) -> None:
+        """γ[c] += step where the accuracy on D_g's class-c nodes exceeds the threshold; else −step
+        (code, per minibatch) or unchanged (paper, per round); clipped to [0, 1]. Absent classes keep γ."""
+        correct = (lp.argmax(1) == y).double()
+        n = torch.bincount(y, minlength=self.C).double()
+        acc = torch.bincount(y, weights=correct, minlength=self.C) / n.clamp(min=1)
+        present = n > 0
+        up = acc > self.p.gamma_threshold
+        delta = torch.where(up, self.p.gamma_step, -self.p.gamma_step if both_ways else 0.0)
+        self.gamma = torch.where(present, (self.gamma + delta).clamp(0, 1), self.gamma).float()
+
+    def warmup(self) -> int:
+        """[C]'s round-0 pretraining: φ_E + a local Linear head, full batch, cross-entropy, up to
+        `warmup_epochs`, early-stopped on the validation nodes (never test; A.12.12). Returns epochs run."""
+        p, d = self.p, self.data
+        head = torch.nn.Linear(p.embed_dim, self.C)
+        opt = torch.optim.Adam([*self.model.embedder.parameters(), *head.parameters()], lr=p.lr,
+                               weight_decay=p.weight_decay)
+        best, best_state, wait, epochs = -1.0, None, 0, 0
+        for epochs in range(1, p.warmup_epochs + 1):
+            self.model.train()
+            opt.zero_grad()
+            out = head(self.model.embedder(d.x, d.edge_index))
+            F.cross_entropy(out[self.train_idx], d.y[self.train_idx]).backward()
+            opt.step()
+            self.model.eval()
+            with torch.no_grad():
+                pred = head(self.model.embedder(d.x, d.edge_index)).argmax(1)
+            acc = float((pred[d.val_mask] == d.y[d.val_mask]).double().mean()) if bool(d.val_mask.any()) else 0.0
+            if acc > best:
+                best, wait = acc, 0
+                best_state = {k: v.clone() for k, v in self.model.embedder.state_dict().items()}
+            else:
+                wait += 1
+                if wait >= p.warmup_patience:
+                    break
+        if best_state is not None:
+            self.model.embedder.load_state_dict(best_state)
+        return epochs
+
+    # --- evaluation --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, graph: Data | None = None) -> torch.Tensor:
+        """log p(c | v) of every node of `graph` (default: the client's own), eval mode, with the
+        client's current φ_k and prototypes; degrees and neighbours from that graph. [n, C]."""
+        g = graph if graph is not None else self.data
+        self.model.eval()
+        n = int(g.num_nodes)
+        h, p_head, p_tail, _ = self._embed(g.x, g.edge_index, [])
+        nbr = neighbour_mean(h, g.edge_index, n)
+        alpha = gate(in_degree(g.edge_index, n), self.p.tail_degree)
+        return torch.cat([self._classify(h[i:i + EVAL_CHUNK], nbr[i:i + EVAL_CHUNK], alpha[i:i + EVAL_CHUNK],
+                                         p_head, p_tail) for i in range(0, n, EVAL_CHUNK)]) if n else \
+            torch.zeros(0, self.C)
+
+    # --- uploads ------------------------------------------------------------------------------------
+    def model_upload(self) -> dict:
+        """{w·φ_k per tensor (float64), n: w}, w = |V_k^train| (weighting=train_nodes) or 1 (uniform)."""
+        w = float(self.n_train) if self.p.weighting == "train_nodes" else 1.0
+        out = {name: v.detach().double() * w for name, v in self.model.state_dict().items()}
+        out["n"] = torch.tensor(w, dtype=torch.float64)
+        return out
+
+    def support_upload(self) -> dict:
+        """{r: r_k [C] (float64), holders: 1[r_k^c > 0] [C] (int64)}: the class rates' sum (Eq. 7's
+        denominator) and how many clients hold each class."""
+        return {"r": self.class_rate.clone(), "holders": (self.class_rate > 0).long()}
+
+    def synthetic_upload(self, shared: torch.Tensor) -> dict:
+        """Eq. 7's numerator term: r_k^c · x_{k,head}^{(c,π(i))} for the shared classes (zeros for
+        withheld ones), with an independent permutation π of the s rows within each class drawn
+        here, on the client (A.4(b) 1: the code's server-side shuffle, moved client-side). [s·C, d]."""
+        s = self.p.s
+        perm = torch.cat([c * s + torch.randperm(s, generator=self.rng) for c in range(self.C)])
+        weights = (self.class_rate * shared.double()).repeat_interleave(s)
+        return {"x_head": self.x_head.detach().double()[perm] * weights[:, None]}
+
+    def set_model(self, state: dict) -> None:
+        self.model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+
+
+def initial_synthetic(num_classes: int, dim: int, p: FedLoGParams, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """X_head, X_tail [s·C, d], Xavier-uniform ([C]), the same on every client (a broadcast seed, A.12.6)."""
+    g = torch.Generator().manual_seed(seed)
+    bound = (6.0 / (p.s * num_classes + dim)) ** 0.5
+    return tuple((torch.rand(p.s * num_classes, dim, generator=g) * 2 - 1) * bound for _ in range(2))
+
+
+def generator_module(dim: int, p: FedLoGParams, flat: torch.Tensor) -> NeighbourGenerator:
+    gen = new_generator(dim, p, 0)
+    load_flat(gen, flat)
+    gen.eval()
+    for q in gen.parameters():
+        q.requires_grad_(False)
+    return gen

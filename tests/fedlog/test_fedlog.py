@@ -1,0 +1,202 @@
+"""FedLoG: a GraphSAGE embedder with head/tail synthetic nodes and prototype classifiers; global
+synthetic data and class generators built from class-rate-weighted sums the clients pre-multiply,
+so that under a secure protocol the server holds no client's class rates, counts or head nodes."""
+import pytest
+import torch
+
+from privfgl.data import load_dataset
+from privfgl.experiment import RunConfig, run
+from privfgl.federation import SERVER, client_name
+from privfgl.methods.fedlog.client import FedLoGClient, initial_synthetic
+from privfgl.methods.fedlog.generator import NeighbourGenerator, flat_params
+from privfgl.methods.fedlog.model import PrototypeInteraction, gate, mix
+from privfgl.methods.fedlog.params import resolve_params
+
+SMALL = {"s": 4, "hidden": 32, "embed_dim": 16, "generator_epochs": 3, "generator_gnns": 2,
+         "generator_hidden": "32", "batch_size": 128, "lr": 0.01, "lr_synthetic": 0.01}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="module")
+def sbm():
+    return load_dataset("sbm")  # 2000 nodes, 64 features, 5 classes (synthetic)
+
+
+def fedlog(data, rounds=3, protocol="plain", clients=3, transcript="all", seed=0, partition="metis",
+           partition_params=None, **params):
+    cfg = RunConfig(method="fedlog", dataset="sbm", partition=partition, clients=clients, rounds=rounds,
+                    partition_params=partition_params or {},
+                    split=(0.4, 0.3, 0.3), seed=seed, protocol=protocol, method_params={**SMALL, **params},
+                    progress=False, transcript=transcript)
+    return run(cfg, data=data)
+
+
+@pytest.fixture(scope="module")
+def plain_run(sbm):
+    return fedlog(sbm)
+
+
+def class_rates(setup) -> list[torch.Tensor]:
+    out = []
+    for c in setup.clients:
+        counts = torch.bincount(c.y[c.train_mask], minlength=setup.num_classes).double()
+        out.append(counts / counts.sum())
+    return out
+
+
+def holds(tensors: dict, vector: torch.Tensor) -> bool:
+    """Does any observed tensor contain `vector` (up to float noise) as a row or as itself?"""
+    for t in tensors.values():
+        t = t.double().reshape(-1, t.shape[-1]) if t.dim() else t.double().reshape(1, 1)
+        if t.shape[-1] == vector.numel() and bool(torch.isclose(t, vector, atol=1e-6).all(-1).any()):
+            return True
+    return False
+
+
+# ---- the model ----------------------------------------------------------------------------------
+def test_prototype_interaction_is_eqs_14_to_18_pair_by_pair():
+    torch.manual_seed(0)
+    layer, D = PrototypeInteraction(8), 8
+    torch.nn.init.normal_(layer.trans[-1].weight)  # away from its near-zero init, so the update shows
+    h, n, protos = torch.randn(5, D), torch.randn(5, D), torch.randn(6, D)
+    expected = []
+    for v in range(5):
+        t = []
+        for j in range(6):
+            dr = torch.cat([h[v], n[v]]) - torch.cat([protos[j], protos[j]])
+            m = layer.msg_out(torch.nn.functional.silu(layer.msg_in(torch.cat([h[v], n[v], (dr ** 2).sum()[None]]))))
+            t.append((h[v] - protos[j]) * layer.trans(torch.nn.functional.silu(m)))
+        expected.append(h[v] + torch.stack(t).mean(0))
+    assert torch.allclose(layer(h, n, protos), torch.stack(expected), atol=1e-5)
+
+
+def test_the_degree_gate_and_the_probability_mixture():
+    alpha = gate(torch.tensor([0, 4, 100]), tail_degree=3)
+    assert torch.allclose(alpha, torch.tensor([torch.sigmoid(torch.tensor(-4.0)), 0.5, 1.0]))
+    lp_a, lp_b = torch.randn(3, 4).log_softmax(-1), torch.randn(3, 4).log_softmax(-1)
+    mixed = mix(lp_a, lp_b, alpha)
+    assert torch.allclose(mixed.exp(), alpha[:, None] * lp_a.exp() + (1 - alpha[:, None]) * lp_b.exp(), atol=1e-6)
+    assert torch.allclose(mixed.exp().sum(-1), torch.ones(3))
+
+
+def test_params_name_a_bad_key_and_what_is_valid():
+    with pytest.raises(ValueError, match="classifier='x'; valid: paper, code"):
+        resolve_params({"classifier": "x"})
+    with pytest.raises(ValueError, match="unknown method param"):
+        resolve_params({"nope": 1})
+    with pytest.raises(ValueError, match="generator_hidden"):
+        resolve_params({"generator_hidden": "a,b"})
+
+
+# ---- the federation ------------------------------------------------------------------------------
+def test_a_run_learns_and_reports_its_class_support(plain_run, sbm):
+    record, setup = plain_run
+    m = record["metrics"]
+    assert m["test_acc"] > 0.5 and len(m["curve"]) == 3
+    assert m["fedlog"]["class_contributors"] == [sum(int(bool((c.y[c.train_mask] == k).any())) for c in setup.clients)
+                                                 for k in range(setup.num_classes)]
+
+
+def test_the_same_seed_gives_the_same_run(plain_run, sbm):
+    again, _ = fedlog(sbm)
+    assert again["metrics"]["curve"] == plain_run[0]["metrics"]["curve"]
+
+
+def test_the_global_synthetic_data_is_the_class_rate_weighted_mean_of_the_head_nodes(plain_run):
+    """Eq. 7 from the revealed sums: within each class, the mean over its s rows of X_g equals
+    Σ_k r_k^c mean_i x_k^(c,i) / Σ_k r_k^c (rows are permuted within classes on the clients)."""
+    _, setup = plain_run
+    t, s, C = setup.federation.transcript, SMALL["s"], setup.num_classes
+    ups = [m.tensors["x_head"] for m in t.view(SERVER, name="synthetic_update", round=2)]
+    rates = class_rates(setup)
+    x_g = t.view(client_name(0), name="global_synthetic", round=2)[0].tensors
+    for c in range(C):
+        rows = slice(c * s, (c + 1) * s)
+        # each upload row block is r_k^c times a permutation of client k's class-c head rows
+        expected = sum(u[rows].mean(0) for u in ups) / sum(r[c] for r in rates)
+        assert torch.allclose(x_g["x"][x_g["y"] == c].double().mean(0), expected, atol=1e-5)
+
+
+def test_the_clients_load_the_aggregated_class_generators(plain_run):
+    """NG^c = Σ_k r_k^c NG_k / Σ_k r_k^c is what every client receives and uses (the authors' code
+    never loads it)."""
+    _, setup = plain_run
+    t = setup.federation.transcript
+    ups = [m.tensors["ng"] for m in t.view(SERVER, name="generator_update")]
+    support = t.view(SERVER, name="class_support:sum")[0].tensors
+    got = t.view(client_name(1), name="class_generators")[0].tensors
+    for row, c in enumerate(got["classes"].tolist()):
+        assert torch.allclose(got["ng"][row].double(), sum(u[c] for u in ups) / support["r"][c], atol=1e-5)
+
+
+def test_min_contributors_withholds_a_class_before_any_sum(sbm):
+    """A class held by fewer clients than asked is zeroed by every client before the protocol, so
+    no revealed sum holds its rows (one holder's 'sum' is its own data)."""
+    record, setup = fedlog(sbm, rounds=1, clients=5, min_contributors=3, partition="dirichlet",
+                           partition_params={"alpha": 0.05})
+    info = record["metrics"]["fedlog"]
+    withheld = [c for c, n in enumerate(info["class_contributors"]) if n < 3]
+    assert info["withheld_classes"] == withheld and withheld, "the partition should leave some class with < 3 holders"
+    s = SMALL["s"]
+    for m in setup.federation.transcript.view(SERVER, name="synthetic_update"):
+        for c in withheld:
+            assert not m.tensors["x_head"][c * s:(c + 1) * s].any()
+    got = setup.federation.transcript.view(client_name(0), name="global_synthetic")[0].tensors
+    assert not set(got["y"].tolist()) & set(withheld)
+
+
+def test_the_plain_server_sees_every_clients_class_rates(plain_run):
+    _, setup = plain_run
+    observed = [m.tensors for m in setup.federation.transcript.view(SERVER) if m.tensors]
+    for k, rates in enumerate(class_rates(setup)):
+        assert any(holds(t, rates) for t in observed), f"client {k}'s class rates not in the plain view"
+
+
+@pytest.mark.parametrize("protocol", ["crypten", "ckks"])
+def test_under_a_secure_protocol_the_server_sees_only_sums_and_accuracy_matches(sbm, plain_run, protocol):
+    plain, plain_setup = plain_run
+    secure, setup = fedlog(sbm, protocol=protocol)
+    server = setup.federation.transcript.view(SERVER)
+    names = ("class_support", "generator_update", "model_update", "synthetic_update")
+    uploads = [m for m in server if m.name in names]
+    assert uploads and all(m.tensors is None and m.kind in ("share", "ciphertext") for m in uploads)
+    assert {m.name for m in server if m.tensors} <= {f"{n}:{x}" for n in names for x in ("sum", "reveal")} | \
+        {"global_model", "synthetic_seed", "class_generators", "global_synthetic"}
+    observed = [m.tensors for m in server if m.tensors]
+    for k, c in enumerate(setup.clients):
+        rates = class_rates(setup)[k]
+        counts = torch.bincount(c.y[c.train_mask], minlength=setup.num_classes).double()
+        assert not any(holds(t, rates) or holds(t, counts) for t in observed), f"client {k}'s class rates leak"
+    # no client's (permuted, weighted) head rows: each revealed x_head row is a sum over clients
+    plain_uploads = [m.tensors["x_head"] for m in plain_setup.federation.transcript.view(SERVER, name="synthetic_update")]
+    for t in observed:
+        for up in plain_uploads:
+            for row in up[:3]:
+                assert not holds(t, row)
+    assert abs(secure["metrics"]["test_acc"] - plain["metrics"]["test_acc"]) <= 0.005
+
+
+def test_a_client_predicts_on_another_graph_with_that_graphs_degrees(sbm):
+    from privfgl.data import client_subgraphs, partition_nodes, split_clients
+    parts = partition_nodes(sbm, "metis", 2, seed=0)
+    clients = client_subgraphs(sbm, parts)
+    split_clients(clients, 0.4, 0.3, 0.3, seed=0)
+    p = resolve_params(SMALL)
+    from privfgl.methods.fedlog.model import FedLoGModel
+    client = FedLoGClient(0, clients[0], 5, p, FedLoGModel(64, p).state_dict(), initial_synthetic(5, 64, p, 0), 0)
+    own = client.predict()
+    assert torch.allclose(client.predict(clients[0]), own)
+    assert client.predict(clients[1]).shape == (clients[1].num_nodes, 5)
+    assert torch.allclose(own.exp().sum(-1), torch.ones(clients[0].num_nodes), atol=1e-5)
+
+
+def test_generators_share_one_initialisation_and_are_mlps_with_tanh_outputs():
+    p = resolve_params({"generator_hidden": "8,16"})
+    from privfgl.methods.fedlog.generator import new_generator
+    a, b = new_generator(10, p, 3), new_generator(10, p, 3)
+    assert torch.equal(flat_params(a), flat_params(b)) and isinstance(a, NeighbourGenerator)
+    assert a(torch.randn(4, 10) * 100).abs().max() <= 1
