@@ -3,16 +3,19 @@ graphs every client's model is tested on, built from the global graph and its pa
 
 Settings (``EVAL_SETTINGS``): ``seen`` (the clients' own test nodes; alone, the data is what it
 would be without this module), ``unseen-node``, ``missing-class``, ``new-client`` (the closed-set
-regime) and ``open-set`` (the open regime). Which regime a list of settings asks for:
-``regime_of``.
+regime) and ``open-set`` (the open regime, not combinable with the closed ones). Which regime a
+list of settings asks for: ``regime_of``. A regime reports all its settings whatever subset was
+asked for (``REPORTED``): closed seen, unseen-node, missing-class, new-client; open seen,
+open-set-unseen-node, open-set-missing-class. Accuracies are micro over clients, new-client's the
+unweighted mean over clients (privfgl.evaluation). docs/evaluation-settings.md has the details.
 
 Closed-set regime (any of unseen-node, missing-class, new-client): the global graph is partitioned
 into K+1 parts; part K is the new client, never trained on. Each training client k removes its
 missing classes before training: its smallest-share classes (node count among its nodes, classes
 with >= 1 node, ties -> lower class id), one at a time until the removed nodes number >=
 ``MIN_MISSING_NODES`` (20), at most ``MAX_MISSING_CLASSES`` (2), never leaving it fewer than
-``MIN_KEPT_CLASSES`` (2) classes. The removed nodes and their edges leave its training graph T_k.
-Eval graphs of client k, h = ``HOPS`` (2):
+``MIN_KEPT_CLASSES`` (2) classes. The removed nodes and their edges leave its training graph T_k;
+the run's splits are then made on the T_k (privfgl.experiment.build_setup). Eval graphs of client k, h = ``HOPS`` (2):
 
 - unseen-node / missing-class (one graph, two test masks): the subgraph of the global graph
   induced on the h-hop neighbourhood of T_k's nodes plus k's removed nodes. unseen-node tests the
@@ -20,8 +23,8 @@ Eval graphs of client k, h = ``HOPS`` (2):
   T_k of k's missing classes (k's removed nodes among them).
 - new-client: part K's induced subgraph, every node a test node; the same graph for every client.
 
-Open regime (open-set): ``CROP_RATE`` (20 %) of the global nodes are cropped at random (seeded)
-before the rest is partitioned into K+1 parts; missing classes are removed as above. Client k's
+Open regime (open-set): round(``CROP_RATE`` · N) (20 %) of the global nodes are cropped at random
+(seeded by the run's partition seed) before the rest is partitioned into K+1 parts; missing classes are removed as above. Client k's
 eval graph is induced on T_k's nodes plus the cropped nodes within h hops of them along paths
 through cropped nodes and T_k's nodes only (other clients' nodes are not added). Its test nodes
 are the cropped nodes: open-set-unseen-node those of classes k trains on, open-set-missing-class
