@@ -15,12 +15,13 @@ the client's graph with its label; evaluation only, it reads every label): `mino
 
 Evaluation settings beyond the clients' own graphs (FedLoG's, privfgl.data.settings; `--evaluate`):
 each round the method's `predict_on(graphs)` gives client k's model's eval-mode logits [n_k, C] on
-graphs[k]; per setting, `settings` {name: {"test_acc", "n_test", "per_client": [{"client", "n_test",
-"correct", "test_acc"}]}} with "seen" (the clients' own test nodes) first. test_acc is pooled over
-clients ("micro": correct / test nodes, each client counted on its own graph) or, for a setting
-tested on one shared graph (new-client), the unweighted mean of the clients' accuracies; None
-without test nodes. The summary keeps the best-validation round's under `settings` and the last
-round's under `last.settings`; selection still reads only the seen validation nodes.
+graphs[k] (only the test_mask rows are read), one call per setting. The entry's `settings` is
+{name: {"test_acc", "n_test", "per_client": [{"client", "n_test", "correct", "test_acc"}]}}, with
+"seen" (the clients' own test nodes) first. test_acc is pooled over clients ("micro": correct /
+test nodes, each client counted on its own graph) or, for a setting tested on one shared graph
+(new-client), the unweighted mean of the clients' accuracies; None without test nodes. The summary
+keeps the best-validation round's under `settings` and the last round's under `last.settings`;
+selection still reads only the seen validation nodes.
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ class RoundTracker:
                  predict_on: Callable[[list[Data]], list[torch.Tensor]] | None = None) -> dict:
         """Metrics of this round from every client's logits [n_k, C] on its own nodes; updates the
         best round (ties keep the earlier round). predict_on(graphs) -> client k's eval-mode logits
-        [n_k, C] on graphs[k] (len(graphs) == K); needed when the run has settings."""
+        [n_k, C] on graphs[k] (len(graphs) == K; only the rows of graphs[k].test_mask are read);
+        needed when the run has settings, called once per setting."""
         pred = torch.cat([out.argmax(-1) for out in logits])
         val, test = self._confusion(pred, self.val_mask), self._confusion(pred, self.test_mask)
         val_acc, test_acc, test_f1 = accuracy(val), accuracy(test), macro_f1(test)
@@ -113,19 +115,15 @@ class RoundTracker:
         return entry
 
     def _settings(self, predict_on: Callable[[list[Data]], list[torch.Tensor]] | None) -> dict:
-        """Each setting's metrics; one predict_on call per distinct list of graphs (settings on the
-        same graphs, which differ only in test_mask, share it)."""
+        """Each setting's metrics, from one predict_on call per setting (settings on the same
+        graphs differ in test_mask, and a method may compute only the test_mask rows)."""
         if predict_on is None:
             raise ValueError(f"this run evaluates the settings {', '.join(s.name for s in self.settings)}, "
                              "but the method passed no predict_on to RoundTracker.evaluate")
-        cache: dict[tuple, list[torch.Tensor]] = {}
         out = {}
         for s in self.settings:
-            key = tuple((id(g.x), id(g.edge_index)) for g in s.graphs)
-            if key not in cache:
-                cache[key] = predict_on(s.graphs)
             counts = [(int(g.test_mask.sum()), int((o.argmax(-1)[g.test_mask] == g.y[g.test_mask]).sum()))
-                      for g, o in zip(s.graphs, cache[key])]
+                      for g, o in zip(s.graphs, predict_on(s.graphs), strict=True)]
             out[s.name] = _setting_metrics(counts, shared=s.average == "clients")
         return out
 

@@ -45,30 +45,29 @@ def own(y, val, test):
 
 def test_settings_are_pooled_over_clients_and_the_shared_graph_is_a_mean_over_clients():
     clients = [own([0, 1, 1], val=[0], test=[1, 2]), own([0, 0], val=[0], test=[1])]
-    a, b = graph([0, 0, 1, 1], test=[0, 1, 2, 3]), graph([1], test=[0])   # client 0: 4 test nodes, client 1: 1
+    a, b = graph([0, 0, 1, 1, 1], test=[0, 1, 2]), graph([1], test=[0])  # unseen-node: 3 + 1 test nodes
+    missing_a = Data(x=a.x, edge_index=a.edge_index, y=a.y, test_mask=torch.tensor([False, False, False, True, True]))
+    missing_b = Data(x=b.x, edge_index=b.edge_index, y=b.y, test_mask=torch.zeros(1, dtype=torch.bool))
     shared = graph([0, 1], test=[0, 1])
-    unseen = EvalSetting("unseen-node", [a, b])
-    none = torch.zeros(4, dtype=torch.bool)
-    missing = EvalSetting("missing-class", [Data(x=a.x, edge_index=a.edge_index, y=a.y, test_mask=none),
-                                            Data(x=b.x, edge_index=b.edge_index, y=b.y, test_mask=b.test_mask)])
-    new = EvalSetting("new-client", [shared, shared], "clients")
-    tracker = RoundTracker(clients, num_classes=2, settings=[unseen, missing, new])
+    settings = [EvalSetting("unseen-node", [a, b]), EvalSetting("missing-class", [missing_a, missing_b]),
+                EvalSetting("new-client", [shared, shared], "clients")]
+    tracker = RoundTracker(clients, num_classes=2, settings=settings)
     calls = []
 
-    def predict_on(graphs):  # client 0 always predicts 0, client 1 always 1
+    def predict_on(graphs):  # client k predicts class k on its test nodes, the other class elsewhere
         calls.append(graphs)
-        return [torch.eye(2)[torch.full((g.num_nodes,), k)] for k, g in enumerate(graphs)]
+        return [torch.eye(2)[torch.where(g.test_mask, k, 1 - k)] for k, g in enumerate(graphs)]
 
     own_logits = [torch.eye(2)[torch.tensor([0, 1, 0])], torch.eye(2)[torch.tensor([0, 0])]]
     e = tracker.evaluate(0, own_logits, predict_on=predict_on)
-    assert len(calls) == 2  # unseen-node and missing-class share one graph per client: one call
+    assert len(calls) == 3  # one call per setting: each reads only its own test nodes
     s = e["settings"]
     assert list(s) == ["seen", "unseen-node", "missing-class", "new-client"]
     assert s["seen"]["test_acc"] == 2 / 3 and s["seen"]["n_test"] == 3               # 1 of 2, 1 of 1
-    assert s["unseen-node"]["test_acc"] == 3 / 5 and s["unseen-node"]["n_test"] == 5  # 2 of 4, 1 of 1, pooled
-    assert [c["test_acc"] for c in s["unseen-node"]["per_client"]] == [0.5, 1.0]
-    assert s["missing-class"]["per_client"][0] == {"client": 0, "n_test": 0, "correct": 0, "test_acc": None}
-    assert s["missing-class"]["test_acc"] == 1.0 and s["missing-class"]["n_test"] == 1
+    assert s["unseen-node"]["test_acc"] == 3 / 4 and s["unseen-node"]["n_test"] == 4  # 2 of 3, 1 of 1, pooled
+    assert [c["test_acc"] for c in s["unseen-node"]["per_client"]] == [2 / 3, 1.0]
+    assert s["missing-class"]["per_client"][1] == {"client": 1, "n_test": 0, "correct": 0, "test_acc": None}
+    assert s["missing-class"]["test_acc"] == 0.0 and s["missing-class"]["n_test"] == 2
     assert s["new-client"] == {"test_acc": 0.5, "n_test": 2, "per_client": [  # each client: 1 of the 2 nodes
         {"client": 0, "n_test": 2, "correct": 1, "test_acc": 0.5},
         {"client": 1, "n_test": 2, "correct": 1, "test_acc": 0.5}]}
