@@ -95,6 +95,8 @@ def _headline(f: dict) -> list[tuple[str, object, object]]:
     m, b = f["metrics"], f["baseline"]
     if "no_input" in m:
         return [("no input", m["no_input"], "")]
+    if f["name"] == "stats-reconstruction" and "by_class_size" not in m:  # FedLoG's class drift
+        return [(key, m[key], b.get(key)) for key in ("cosine", "overrep_auc", "label_l1")]
     if f["name"] == "stats-reconstruction":
         return [(f"size {s} raw_auc/exact", f"{v['raw_auc']:.3f}/{v['exact_fraction']:.2f}",
                  f"{b['by_class_size'][s]['raw_auc']:.3f}") for s, v in m["by_class_size"].items()]

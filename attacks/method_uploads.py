@@ -304,8 +304,16 @@ UPLOAD_INVERSIONS: dict[str, type[Attack]] = {"fedspray": FedSprayEncoderInversi
 
 
 def for_method(attack: Attack, knowledge: Knowledge) -> Attack:
-    """The `gradient-inversion` attack for the run's method: FedSpray's and FedOMD's upload
-    inversions (same round and targets), else `attack` itself."""
+    """The attack's reading for the run's method: FedSpray's and FedOMD's upload inversions for
+    `gradient-inversion`; FedLoG's generator inversion and class-statistics reading
+    (attacks.fedlog_uploads) for `gradient-inversion` and `stats-reconstruction`; else `attack` itself."""
+    from attacks.fedlog_uploads import FedLoGClassStats, FedLoGGeneratorInversion
+    from attacks.stats_reconstruction import StatsReconstruction
+    if knowledge.method == "fedlog":
+        if isinstance(attack, GradientInversion):
+            return FedLoGGeneratorInversion(clients=attack.clients)
+        if isinstance(attack, StatsReconstruction):
+            return FedLoGClassStats(clients=attack.clients)
     if isinstance(attack, GradientInversion) and knowledge.method in UPLOAD_INVERSIONS:
         return UPLOAD_INVERSIONS[knowledge.method](round=attack.round, clients=attack.clients)
     return attack

@@ -33,7 +33,7 @@ EVALUATION_MODES = ("local_model", "global_model")
 # Protocol parameters a method needs by default, per protocol (filled in only where unset).
 METHOD_PROTOCOL_DEFAULTS = {"opfgl": OPFGL_PROTOCOL_DEFAULTS, "fedomd": FEDOMD_PROTOCOL_DEFAULTS}
 # Methods that evaluate on the settings' graphs (--evaluate beyond seen): they pass predict_on to the tracker.
-SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfgl"}
+SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfgl", "fedlog"}
 
 
 @dataclass

@@ -3,6 +3,8 @@ X_tail, the class curriculum γ_k and the frozen class generators {NG^c} once re
 `uploads` and `generator_upload` leave it (pre-weighted sums for the protocol)."""
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
@@ -62,15 +64,18 @@ class FedLoGClient:
         lp_tail = self.model.tail(h, nbr, p_tail, self.p.s)
         return mix(lp_head, lp_tail, alpha, form)
 
-    def _global_inputs(self, dg: GlobalSynthetic) -> tuple[torch.Tensor, torch.Tensor]:
-        """Customised D_g (Eq. 8: x̂ = x + γ[c](x̄ − x)) and each node's generated neighbour NG^c(x̂):
-        rows [x̂ ; N_g] [2m, d] and the pair edges (i <-> m + i) [2, 2m]."""
-        x = dg.x + self.gamma[dg.y][:, None] * (dg.x.mean(0, keepdim=True) - dg.x)
+    def _global_inputs(self, dg: GlobalSynthetic, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Customised D_g rows (Eq. 8: x̂ = x + γ[c](x̄ − x), x̄ over all of D_g) and each one's generated
+        neighbour NG^c(x̂): [x̂ ; N_g] [2m, d] and the pair edges (i <-> m + i) [2, 2m]."""
+        rows = torch.arange(dg.y.numel()) if rows is None else rows
+        y = dg.y[rows]
+        x = dg.x[rows] + self.gamma[y][:, None] * (dg.x.mean(0, keepdim=True) - dg.x[rows])
         with torch.no_grad():
             nbr = torch.empty_like(x)
             for c, gen in dg.generators.items():
-                rows = dg.y == c
-                nbr[rows] = gen(x[rows])
+                sel = y == c
+                if bool(sel.any()):
+                    nbr[sel] = gen(x[sel])
         m = x.shape[0]
         i = torch.arange(m)
         return torch.cat([x, nbr]), torch.stack([torch.cat([i, i + m]), torch.cat([i + m, i])])
@@ -78,28 +83,35 @@ class FedLoGClient:
     # --- local training ----------------------------------------------------------------------------
     def train_round(self, dg: GlobalSynthetic | None) -> None:
         """`local_epochs` epochs of minibatches: L_cls + β L_norm (+ L_g on D_g when received; the
-        code's joint loss, A.12.9), Adam on φ_k and on X_head, X_tail; γ_k's curriculum."""
+        code's joint loss, A.12.9), Adam on φ_k and on X_head, X_tail; γ_k's curriculum. L_g reads all
+        of D_g at every step (global_per_step=all, [C]) or each D_g node once per epoch, spread over the
+        steps (share)."""
         p, d = self.p, self.data
         self.model.train()
         alpha_all = gate(self.degree, p.tail_degree)
         for _ in range(p.local_epochs):
             order = self.train_idx[torch.randperm(self.n_train, generator=self.rng)]
-            for start in range(0, self.n_train, p.batch_size):
-                batch = order[start:start + p.batch_size]
-                extra, pairs = ([], None) if dg is None else self._global_inputs(dg)
-                extra = [extra] if dg is not None else []
-                h, p_head, p_tail, h_g = self._embed(d.x, d.edge_index, extra, pairs)
+            steps = max(1, -(-self.n_train // p.batch_size))
+            g_order = None if dg is None else torch.randperm(dg.y.numel(), generator=self.rng)
+            for step in range(steps):
+                batch = order[step * p.batch_size:(step + 1) * p.batch_size]
+                if dg is None:
+                    h, p_head, p_tail, _ = self._embed(d.x, d.edge_index, [])
+                else:
+                    g_rows = g_order if p.global_per_step == "all" else g_order[step::steps]
+                    rows, pairs = self._global_inputs(dg, g_rows)
+                    h, p_head, p_tail, h_g = self._embed(d.x, d.edge_index, [rows], pairs)
                 nbr = neighbour_mean(h, d.edge_index, self.n)
                 lp = self._classify(h[batch], nbr[batch], alpha_all[batch], p_head, p_tail, p.mixture)
                 loss = F.nll_loss(lp, d.y[batch])
                 loss = loss + p.beta * 0.5 * (self.x_head.norm() + self.x_tail.norm())
-                if dg is not None:
-                    m = dg.y.numel()
+                if dg is not None and g_rows.numel():
+                    m = g_rows.numel()
                     half = torch.full((m,), 0.5)
                     lp_g = self._classify(h_g[:m], h_g[m:], half, p_head, p_tail, p.mixture)
-                    loss = loss + p.generalization_weight * F.nll_loss(lp_g, dg.y)
+                    loss = loss + p.generalization_weight * F.nll_loss(lp_g, dg.y[g_rows])
                     if p.gamma_update == "batch":
-                        self._step_gamma(lp_g.detach(), dg.y, both_ways=True)
+                        self._step_gamma(lp_g.detach(), dg.y[g_rows], both_ways=True)
                 self.opt.zero_grad()
                 self.opt_syn.zero_grad()
                 loss.backward()
@@ -156,18 +168,22 @@ class FedLoGClient:
 
     # --- evaluation --------------------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, graph: Data | None = None) -> torch.Tensor:
-        """log p(c | v) of every node of `graph` (default: the client's own), eval mode, with the
-        client's current φ_k and prototypes; degrees and neighbours from that graph. [n, C]."""
+    def predict(self, graph: Data | None = None, scored: torch.Tensor | None = None) -> torch.Tensor:
+        """log p(c | v) of the nodes of `graph` (default: the client's own), eval mode, with the
+        client's current φ_k and prototypes; degrees and neighbours from that graph. `scored` (bool
+        [n]) limits the classifier to those rows; the others get the uniform log(1/C). [n, C]."""
         g = graph if graph is not None else self.data
         self.model.eval()
         n = int(g.num_nodes)
         h, p_head, p_tail, _ = self._embed(g.x, g.edge_index, [])
         nbr = neighbour_mean(h, g.edge_index, n)
         alpha = gate(in_degree(g.edge_index, n), self.p.tail_degree)
-        return torch.cat([self._classify(h[i:i + EVAL_CHUNK], nbr[i:i + EVAL_CHUNK], alpha[i:i + EVAL_CHUNK],
-                                         p_head, p_tail) for i in range(0, n, EVAL_CHUNK)]) if n else \
-            torch.zeros(0, self.C)
+        out = torch.full((n, self.C), -math.log(self.C))
+        idx = torch.arange(n) if scored is None else scored.nonzero().view(-1)
+        for i in range(0, idx.numel(), EVAL_CHUNK):
+            rows = idx[i:i + EVAL_CHUNK]
+            out[rows] = self._classify(h[rows], nbr[rows], alpha[rows], p_head, p_tail)
+        return out
 
     # --- uploads ------------------------------------------------------------------------------------
     def model_upload(self) -> dict:

@@ -29,6 +29,7 @@ class FedLoGParams:
     classifier_layers: int = 2       # Eqs. 14-18 stacked twice ("2-layer classifiers")
     mixture: str = "prob"
     generalization_weight: float = 1.0  # weight on L_g ([C] hyper_cd_metric)
+    global_per_step: str = "all"     # D_g nodes in L_g per minibatch: all ([C]) | share (each once per epoch)
     gamma_update: str = "batch"
     gamma_step: float = 1e-3
     gamma_threshold: float = 0.8     # [C]; the paper gives none
@@ -56,6 +57,7 @@ def _check(p: FedLoGParams) -> None:
     need(p.classifier in CLASSIFIERS, "classifier", ", ".join(CLASSIFIERS))
     need(p.mixture in MIXTURES, "mixture", ", ".join(MIXTURES))
     need(p.gamma_update in GAMMA_UPDATES, "gamma_update", ", ".join(GAMMA_UPDATES))
+    need(p.global_per_step in ("all", "share"), "global_per_step", "all, share")
     need(p.weighting in WEIGHTINGS, "weighting", ", ".join(WEIGHTINGS))
     for key in ("s", "hidden", "embed_dim", "batch_size", "local_epochs", "classifier_layers", "min_contributors",
                 "generator_gnns", "generator_gnns_per_epoch"):

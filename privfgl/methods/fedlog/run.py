@@ -70,8 +70,8 @@ def run_fedlog(setup: Setup) -> None:
                     c.set_model(phi)
                 c.train_round(dg)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, [c.predict() for c in clients],
-                                   predict_on=lambda graphs: [c.predict(g) for c, g in zip(clients, graphs)])
+            setup.tracker.evaluate(r, [c.predict(scored=c.data.val_mask | c.data.test_mask) for c in clients],
+                                   predict_on=lambda graphs: [c.predict(g, g.test_mask) for c, g in zip(clients, graphs)])
         with timer.phase("client_upload"):
             model_up = [c.model_upload() for c in clients]
             syn_up = [c.synthetic_upload(shared) for c in clients]
