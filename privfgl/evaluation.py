@@ -14,8 +14,9 @@ the client's graph with its label; evaluation only, it reads every label): `mino
 {"low": h < 0.5, "high": h >= 0.5, "isolated": no neighbour} -> {"n", "acc"}, pooled over clients.
 
 Evaluation settings beyond the clients' own graphs (FedLoG's, privfgl.data.settings; `--evaluate`):
-each round the method's `predict_on(graphs)` gives client k's model's eval-mode logits [n_k, C] on
-graphs[k] (only the test_mask rows are read), one call per setting. The entry's `settings` is
+the method's `predict_on(graphs)` gives client k's model's eval-mode logits [n_k, C] on graphs[k]
+(only the test_mask rows are read), one call per setting, at every round that becomes the best and
+at the last (the only rounds reported; the method passes predict_on every round). The entry's `settings` is
 {name: {"test_acc", "n_test", "per_client": [{"client", "n_test", "correct", "test_acc"}]}}, with
 "seen" (the clients' own test nodes) first. test_acc is pooled over clients ("micro": correct /
 test nodes, each client counted on its own graph) or, for a setting tested on one shared graph
@@ -40,12 +41,14 @@ class RoundTracker:
 
     clients: per-client Data with y, train_mask, val_mask, test_mask. settings: the evaluation
     settings beyond the clients' own test nodes (none: the seen setting alone, no `settings` block).
+    last_round: the round index of the run's final evaluation; with it, the settings are computed
+    only at rounds that become the best and from last_round on (the only ones the summary reports).
     """
 
     SELECTIONS = ("val_acc", "val_loss")
 
     def __init__(self, clients: list[Data], num_classes: int, select: str = "val_acc",
-                 settings: list[EvalSetting] = ()):
+                 settings: list[EvalSetting] = (), last_round: int | None = None):
         if select not in self.SELECTIONS:
             raise ValueError(f"unknown model selection {select!r}; valid: {', '.join(self.SELECTIONS)}")
         self.select = select
@@ -62,6 +65,7 @@ class RoundTracker:
         bins = torch.cat([homophily_bins(c) for c in clients])
         self.minority_by_bin = {name: self.minority_mask & (bins == code) for code, name in enumerate(HOMOPHILY_BINS)}
         self.settings = list(settings)
+        self.last_round = last_round  # the final evaluation's round (None: unknown, settings every round)
         self.history: list[dict] = []
         self.best: dict | None = None
 
@@ -99,9 +103,6 @@ class RoundTracker:
                                  "test_correct": int(test_correct[k]), "test_n_minority": int(n_minority[k]),
                                  "test_minority_correct": int(minority_correct[k])}
                                 for k, c in enumerate(self.clients)]}
-        if self.settings:
-            entry["settings"] = {"seen": _setting_metrics([(int(n), int(c)) for n, c in zip(n_test, test_correct)]),
-                                 **self._settings(predict_on)}
         if self.select == "val_loss":
             out = torch.cat(logits)
             entry["val_loss"] = float(F.cross_entropy(out[self.val_mask].double(), self.y[self.val_mask])) \
@@ -109,6 +110,14 @@ class RoundTracker:
             better = self.best is None or entry["val_loss"] < self.best["val_loss"]
         else:
             better = self.best is None or entry["val_acc"] > self.best["val_acc"]
+        if self.settings:
+            if predict_on is None:
+                raise ValueError(f"this run evaluates the settings {', '.join(s.name for s in self.settings)}, "
+                                 "but the method passed no predict_on to RoundTracker.evaluate")
+            # only a round that becomes the best or is the last is ever reported: others skip the settings
+            if better or self.last_round is None or round >= self.last_round:
+                entry["settings"] = {"seen": _setting_metrics([(int(n), int(c)) for n, c in zip(n_test, test_correct)]),
+                                     **self._settings(predict_on)}
         self.history.append(entry)
         if better:
             self.best = entry
@@ -117,9 +126,6 @@ class RoundTracker:
     def _settings(self, predict_on: Callable[[list[Data]], list[torch.Tensor]] | None) -> dict:
         """Each setting's metrics, from one predict_on call per setting (settings on the same
         graphs differ in test_mask, and a method may compute only the test_mask rows)."""
-        if predict_on is None:
-            raise ValueError(f"this run evaluates the settings {', '.join(s.name for s in self.settings)}, "
-                             "but the method passed no predict_on to RoundTracker.evaluate")
         out = {}
         for s in self.settings:
             counts = [(int(g.test_mask.sum()), int((o.argmax(-1)[g.test_mask] == g.y[g.test_mask]).sum()))

@@ -212,7 +212,8 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
                           cfg.seed, cfg.progress, dict(cfg.method_params))
-    tracker = RoundTracker(clients, int(data.num_classes), settings=settings)
+    tracker = RoundTracker(clients, int(data.num_classes), settings=settings,
+                           last_round=cfg.rounds - 1 + cfg.finetune_epochs)
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
                  extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
                          "protocol_params": protocol_params, **extras})

@@ -29,7 +29,7 @@ class FedLoGParams:
     classifier_layers: int = 2       # Eqs. 14-18 stacked twice ("2-layer classifiers")
     mixture: str = "prob"
     generalization_weight: float = 1.0  # weight on L_g ([C] hyper_cd_metric)
-    global_per_step: str = "all"     # D_g nodes in L_g per minibatch: all ([C]) | share (each once per epoch)
+    global_per_step: str = "share"   # D_g nodes in L_g per minibatch: share (each once per epoch) | all ([C], 2x the cost)
     gamma_update: str = "batch"
     gamma_step: float = 1e-3
     gamma_threshold: float = 0.8     # [C]; the paper gives none
