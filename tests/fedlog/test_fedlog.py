@@ -200,3 +200,22 @@ def test_generators_share_one_initialisation_and_are_mlps_with_tanh_outputs():
     a, b = new_generator(10, p, 3), new_generator(10, p, 3)
     assert torch.equal(flat_params(a), flat_params(b)) and isinstance(a, NeighbourGenerator)
     assert a(torch.randn(4, 10) * 100).abs().max() <= 1
+
+
+def test_fedlog_runs_the_papers_evaluation_settings(sbm):
+    cfg = RunConfig(method="fedlog", dataset="sbm", partition="metis", clients=3, rounds=2, split=(0.4, 0.3, 0.3),
+                    evaluate=("unseen-node", "missing-class", "new-client"), method_params=SMALL, progress=False)
+    record, setup = run(cfg, data=sbm)
+    settings = record["metrics"]["settings"]
+    assert set(settings) == {"seen", "unseen-node", "missing-class", "new-client"}
+    assert all(0 <= s["test_acc"] <= 1 and s["n_test"] > 0 for s in settings.values())
+    assert record["data_regime"]["new_client_nodes"] > 0 and len(setup.clients) == 3
+
+
+def test_the_trust_block_names_the_classes_one_client_exposes(sbm):
+    record, _ = fedlog(sbm, rounds=1, clients=5, partition="dirichlet", partition_params={"alpha": 0.05},
+                       transcript="none")
+    trust = record["privacy"]["trust"]["fedlog"]
+    info = record["metrics"]["fedlog"]
+    assert trust["single_contributor_classes"] == [c for c, n in enumerate(info["class_contributors"]) if n == 1]
+    assert trust["single_contributor_classes"], "alpha=0.05 should leave a class with one holder"
