@@ -10,12 +10,13 @@ Threat model of the audit (attacks/gradient_inversion.py): local SGD without dro
 
     python experiments/leakage_vs_epsilon.py                 # → runs/leakage_vs_epsilon.{csv,png}
     python experiments/leakage_vs_epsilon.py --sigmas 0,0.01 --rounds 5   # a quick look
+    python experiments/leakage_vs_epsilon.py --from-csv runs/leakage_vs_epsilon.csv   # redraw the PNG only
 
-CSV: one row per σ. PNG (experiments/png_canvas.py, no plotting library): x = the runs ordered by falling ε
-(left: no DP), y in [0, 1]; blue: test accuracy, red: gradient-inversion per-feature AUC (its
-baselines, as many marginal-drawn rows matched the same way: dashed light grey; the same rows with
-their words shuffled: dashed dark grey), green: label-inference
-cosine similarity (its uniform baseline: dashed green).
+CSV: one row per σ. PNG (privfgl/plots.py, matplotlib): scores in [0, 1] against ε (log x; no DP at
+"∞"); solid: test accuracy, gradient-inversion per-feature AUC, label-inference cosine similarity;
+dashed: the attacks' baselines (gradient inversion: as many marginal-drawn rows matched the same way,
+and the same rows with their words shuffled; label inference: the uniform prediction). One seed, so
+no error bars.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ import statistics
 from pathlib import Path
 
 from attacks import parse_attack, run_attacks
-from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
+from privfgl.plots import Series, line_plot, read_csv, tick_label
 
 FIELDS = ["sigma", "clip", "epsilon", "delta", "test_acc", "gi_auc_per_feature", "gi_baseline_auc_per_feature",
           "gi_permuted_auc_per_feature", "gi_recovered_rows", "gi_auc", "gi_baseline_auc",
@@ -57,33 +58,30 @@ def one_run(args, sigma: float) -> dict:
             "li_uniform_js": mean("uniform_js", li, "baseline"), "li_uniform_cosine": mean("uniform_cosine", li, "baseline")}
 
 
-def plot(rows: list[dict], path: Path, width: int = 480, height: int = 320, margin: int = 30) -> None:
-    """Series in [0, 1] against the runs' order (falling ε); see the module docstring for colours."""
-    canvas = Canvas(width, height)
+SERIES = [  # (CSV column, legend label, colour, line style)
+    ("test_acc", "test accuracy", "tab:blue", "-"),
+    ("gi_auc_per_feature", "gradient inversion, client 0: per-feature AUC", "tab:red", "-"),
+    ("gi_baseline_auc_per_feature", "  its baseline: marginal sample", "tab:red", "--"),
+    ("gi_permuted_auc_per_feature", "  its baseline: words permuted", "dimgray", "--"),
+    ("li_cosine", "label inference: cosine (mean of clients)", "tab:green", "-"),
+    ("li_uniform_cosine", "  its baseline: uniform", "tab:green", "--"),
+]
 
-    def to_xy(i: int, v: float) -> tuple[int, int]:
-        span = max(len(rows) - 1, 1)
-        return margin + round(i * (width - 2 * margin) / span), height - margin - round(v * (height - 2 * margin))
 
-    def line(points: list[tuple[int, int]], colour, dashed: bool = False) -> None:
-        for (x0, y0), (x1, y1) in zip(points, points[1:]):
-            canvas.line(x0, y0, x1, y1, colour, dashed)
-        for x, y in points:
-            canvas.dot(x, y, colour, r=2)
-
-    axis = (0, 0, 0)
-    line([to_xy(0, 0.0), to_xy(len(rows) - 1, 0.0)], axis)
-    line([to_xy(0, 0.0), to_xy(0, 1.0)], axis)
-    for v in (0.25, 0.5, 0.75, 1.0):
-        line([to_xy(0, v), to_xy(len(rows) - 1, v)], (225, 225, 225), dashed=True)
-    series = [("test_acc", (31, 119, 180), False), ("gi_auc_per_feature", (214, 39, 40), False),
-              ("gi_baseline_auc_per_feature", (150, 150, 150), True),
-              ("gi_permuted_auc_per_feature", (90, 90, 90), True),
-              ("li_cosine", (44, 160, 44), False), ("li_uniform_cosine", (44, 160, 44), True)]
-    for key, colour, dashed in series:
-        pts = [to_xy(i, r[key]) for i, r in enumerate(rows) if r[key] is not None and not math.isnan(r[key])]
-        line(pts, colour, dashed)
-    path.write_bytes(canvas.png())
+def plot(rows: list[dict], path: Path) -> None:
+    """Accuracy and attack scores vs ε (log x, no DP at ∞); see the module docstring."""
+    rows = sorted(rows, key=lambda r: math.inf if r["epsilon"] is None else r["epsilon"])
+    eps = [math.inf if r["epsilon"] is None else r["epsilon"] for r in rows]
+    series = [Series(label, eps, [r[key] for r in rows], color=colour, linestyle=style,
+                     marker="o" if style == "-" else "")
+              for key, label, colour, style in SERIES]
+    delta = next((r["delta"] for r in rows if r["delta"] is not None), None)
+    clip = next((r["clip"] for r in rows if r["clip"] is not None), None)
+    line_plot(series, path, logx=True, ylim=(0, 1.02), xticks=eps, legend_loc="lower left",
+              xlabel=f"ε (local Gaussian DP on every upload, δ = {tick_label(delta) if delta else '-'}; log scale)",
+              ylabel="score (fraction, 0–1)",
+              title=f"DP-FedAvg, Cora louvain, 10 clients (clip {clip:g}): leakage vs ε" if clip else
+              "DP-FedAvg, Cora louvain, 10 clients: leakage vs ε")
 
 
 def main() -> None:
@@ -97,7 +95,12 @@ def main() -> None:
     p.add_argument("--data-root")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--out", default="runs/leakage_vs_epsilon", help="path prefix of the .csv and .png")
+    p.add_argument("--from-csv", help="only redraw OUT.png from this CSV (no runs)")
     args = p.parse_args()
+    if args.from_csv:
+        plot(read_csv(Path(args.from_csv)), Path(args.out).with_suffix(".png"))
+        print(f"wrote {Path(args.out).with_suffix('.png')}")
+        return
     rows = []
     for sigma in [float(s) for s in args.sigmas.split(",")]:
         rows.append(one_run(args, sigma))

@@ -18,11 +18,12 @@ evaluation (the personalised models after stage 2), reported as both accuracies.
     python experiments/privacy_utility.py                      # → runs/privacy_utility.{csv,png}
     python experiments/privacy_utility.py --methods dp-opfgl --epsilons 1,4,16 --out runs/privacy_utility_opfgl
     python experiments/privacy_utility.py --epsilons 8 --seeds 0 --rounds 10   # a quick look
+    python experiments/privacy_utility.py --from-csv runs/privacy_utility.csv  # redraw the PNG and table only
 
 Writes one CSV row per run (test accuracy at the best-validation round, as the record reports it,
-and at the last round) and a PNG (mean last-round test accuracy vs ε, log x axis; one line per
-method and evaluation mode; dashed: the references). The PNG is drawn by experiments/png_canvas.py (a small zlib PNG writer), so no
-plotting library is needed.
+and at the last round) and a PNG (privfgl/plots.py, matplotlib: last-round test accuracy vs target ε,
+log x axis, mean ± std over seeds as error bars; one line per method and evaluation mode; dashed: the
+references, with their std as a band).
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ import statistics
 import time
 from pathlib import Path
 
-from png_canvas import Canvas
 from privfgl.experiment import RunConfig, run
 from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED
+from privfgl.plots import Reference, Series, line_plot, mean_std_by, read_csv, tick_label
 from privfgl.privacy import noise_multiplier_for
 
 FIELDS = ["method", "evaluation", "target_epsilon", "epsilon", "delta", "sigma", "clip", "degree", "q", "rounds",
@@ -109,41 +110,40 @@ def sweep(args) -> list[dict]:
     return rows
 
 
-COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207)]
-
-
 def plot(rows: list[dict], path: Path) -> None:
-    """Mean last-round test accuracy vs ε (log x); x ticks are the ε values, y ticks every 0.1."""
-    w, h, left, bottom, top, right = 640, 420, 60, 50, 20, 20
-    c = Canvas(w, h)
+    """Last-round test accuracy vs target ε (log x; ticks at the ε values), mean ± std over seeds; one
+    line per (method, evaluation); the non-private references as dashed lines with a ± std band."""
     dp = [r for r in rows if r["target_epsilon"] is not None]
-    eps = sorted({r["target_epsilon"] for r in dp})
-    lx = [math.log10(e) for e in eps]
-    x0, x1 = (min(lx) - 0.2, max(lx) + 0.2) if lx else (0, 1)
-    X = lambda e: round(left + (math.log10(e) - x0) / (x1 - x0) * (w - left - right))
-    Y = lambda a: round(h - bottom - a * (h - bottom - top))
-    c.line(left, h - bottom, w - right, h - bottom, (0, 0, 0))
-    c.line(left, h - bottom, left, top, (0, 0, 0))
-    for t in range(11):
-        c.line(left - 4, Y(t / 10), left, Y(t / 10), (0, 0, 0))
-        c.text(left - 32, Y(t / 10) - 5, f"{t / 10:.1f}")
-    for e in eps:
-        c.line(X(e), h - bottom, X(e), h - bottom + 4, (0, 0, 0))
-        c.text(X(e) - 6, h - bottom + 10, f"{e:g}")
-    series = sorted({(r["method"], r["evaluation"]) for r in dp})
-    for i, key in enumerate(series):
-        pts = [(X(e), Y(statistics.mean(r["test_acc_last"] for r in dp if (r["method"], r["evaluation"]) == key
-                                         and r["target_epsilon"] == e))) for e in eps]
-        for (a, b), (p, q) in zip(pts, pts[1:]):
-            c.line(a, b, p, q, COLORS[i % len(COLORS)], r=1)
-        for p in pts:
-            c.dot(*p, COLORS[i % len(COLORS)], r=3)
-    refs = sorted({(r["method"], r["evaluation"]) for r in rows if r["target_epsilon"] is None})
-    for j, key in enumerate(refs):
-        acc = statistics.mean(r["test_acc_last"] for r in rows if (r["method"], r["evaluation"]) == key
-                              and r["target_epsilon"] is None)
-        c.line(left, Y(acc), w - right, Y(acc), COLORS[(len(series) + j) % len(COLORS)], dashed=True)
-    path.write_bytes(c.png())
+    lines = mean_std_by(dp, x="target_epsilon", y="test_acc_last", by=["method", "evaluation"])
+    series = [Series(f"{method} ({evaluation})", *zip(*points))  # points: (ε, mean, std)
+              for (method, evaluation), points in sorted(lines.items())]
+    refs = mean_std_by([r for r in rows if r["target_epsilon"] is None], x="target_epsilon", y="test_acc_last",
+                       by=["method", "evaluation"])
+    references = [Reference(f"{method} ({evaluation}), no DP" if method != "local" else "local (nothing shared)",
+                            y=points[0][1], yerr=points[0][2], color=f"C{len(series) + j}")
+                  for j, ((method, evaluation), points) in enumerate(sorted(refs.items()))]
+    delta = next((r["delta"] for r in dp if r["delta"] is not None), None)
+    seeds = len({r["seed"] for r in rows})
+    line_plot(series, path, references=references, logx=True, xticks=sorted({r["target_epsilon"] for r in dp}),
+              xlabel=f"target ε (δ = {tick_label(delta) if delta else '-'}; log scale)",
+              ylabel="test accuracy, last round (fraction)",
+              title=f"Cora louvain+, 10 clients: accuracy vs ε (mean ± std over {seeds} seed{'s' * (seeds > 1)})")
+
+
+def summary(rows: list[dict]) -> None:
+    """Prints test accuracy (best-validation and last round), mean ± std over seeds, per setting."""
+    print("\nmethod      evaluation    target_eps  epsilon   test_acc (best-val round)  test_acc (last round)"
+          "   (mean ± std over seeds)")
+    keys = sorted({(r["method"], r["evaluation"], r["target_epsilon"] or math.inf) for r in rows})
+    for method, evaluation, target in keys:
+        sel = [r for r in rows if (r["method"], r["evaluation"], r["target_epsilon"] or math.inf)
+               == (method, evaluation, target)]
+        ms = lambda key: (statistics.mean(r[key] for r in sel),
+                          statistics.stdev(r[key] for r in sel) if len(sel) > 1 else 0.0)
+        eps = sel[0]["epsilon"]
+        print(f"{method:<11} {evaluation:<13} {'-' if eps is None else target:<11} "
+              f"{'-' if eps is None else round(eps, 3):<9} {'%.4f ± %.4f' % ms('test_acc'):<26} "
+              f"{'%.4f ± %.4f' % ms('test_acc_last')}")
 
 
 def main() -> None:
@@ -165,7 +165,14 @@ def main() -> None:
     p.add_argument("--data-root")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--out", default="runs/privacy_utility", help="path prefix of the .csv and .png")
+    p.add_argument("--from-csv", help="only redraw OUT.png (and print the table) from this CSV (no runs)")
     args = p.parse_args()
+    if args.from_csv:
+        rows = read_csv(Path(args.from_csv))
+        plot(rows, Path(args.out).with_suffix(".png"))
+        summary(rows)
+        print(f"written: {Path(args.out).with_suffix('.png')}")
+        return
     unknown = sorted(set(args.methods) - set(METHOD_CHOICES))
     if unknown:
         p.error(f"unknown --methods {','.join(unknown)}; valid: {','.join(METHOD_CHOICES)}")
@@ -177,18 +184,7 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, out.with_suffix(".png"))
-    print("\nmethod      evaluation    target_eps  epsilon   test_acc (best-val round)  test_acc (last round)"
-          "   (mean ± std over seeds)")
-    keys = sorted({(r["method"], r["evaluation"], r["target_epsilon"] or math.inf) for r in rows})
-    for method, evaluation, target in keys:
-        sel = [r for r in rows if (r["method"], r["evaluation"], r["target_epsilon"] or math.inf)
-               == (method, evaluation, target)]
-        ms = lambda key: (statistics.mean(r[key] for r in sel),
-                          statistics.stdev(r[key] for r in sel) if len(sel) > 1 else 0.0)
-        eps = sel[0]["epsilon"]
-        print(f"{method:<11} {evaluation:<13} {'-' if eps is None else target:<11} "
-              f"{'-' if eps is None else round(eps, 3):<9} {'%.4f ± %.4f' % ms('test_acc'):<26} "
-              f"{'%.4f ± %.4f' % ms('test_acc_last')}")
+    summary(rows)
     print(f"written: {out.with_suffix('.csv')}, {out.with_suffix('.png')}")
 
 
