@@ -219,3 +219,12 @@ def test_the_trust_block_names_the_classes_one_client_exposes(sbm):
     info = record["metrics"]["fedlog"]
     assert trust["single_contributor_classes"] == [c for c, n in enumerate(info["class_contributors"]) if n == 1]
     assert trust["single_contributor_classes"], "alpha=0.05 should leave a class with one holder"
+
+
+def test_defaults_are_the_authors_code_and_preset_paper_takes_the_papers_equations(sbm):
+    code, paper = resolve_params({}), resolve_params({"preset": "paper"})
+    assert (code.classifier, code.mixture, code.weighting, code.global_per_step, code.warmup_epochs) == \
+        ("code", "log", "uniform", "all", 100)
+    assert (paper.classifier, paper.mixture, paper.weighting, paper.warmup_epochs) == ("paper", "prob", "train_nodes", 0)
+    record, _ = fedlog(sbm, rounds=2, transcript="none", preset="paper")
+    assert record["metrics"]["test_acc"] > 0.3
