@@ -100,6 +100,30 @@ class AggregationResult:
         return [sum(t.nbytes for t in self.transfers if t.receiver == client(k)) for k in range(self.num_clients)]
 
 
+@dataclass
+class ComputeResult:
+    """What one secure computation on the clients' summed inputs produced, sent and cost
+    (``CryptenProtocol.compute``).
+
+    outputs:     output name -> its opened value (float64), as the parties in ``opened_to`` hold it.
+    opened_to:   output name -> the parties that opened it (no other party learns it).
+    transfers:   every message, one Transfer per (sender, receiver, step), in the order of each
+                 pair's first message; ``blobs`` holds that pair's message payloads in order.
+                 Steps: "setup" (the parties' PRZS seeds), "input" (sharing the inputs),
+                 "compute" (e.g. Beaver openings, comparisons), "reveal" (opening the outputs).
+    num_clients: K (the parties are the K clients and the server).
+    phases:      wall seconds per step ("setup", "protect" = sharing the inputs, "compute", "reveal").
+    details:     backend facts (e.g. the message count, the CrypTen configuration used).
+    """
+
+    outputs: dict[str, torch.Tensor]
+    opened_to: dict[str, tuple[str, ...]]
+    transfers: list[Transfer] = field(repr=False)
+    num_clients: int
+    phases: dict[str, float]
+    details: dict = field(default_factory=dict)
+
+
 class Protocol(ABC):
     """A secure-sum backend. Subclasses implement ``_aggregate`` on checked inputs."""
 

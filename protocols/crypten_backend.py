@@ -23,6 +23,17 @@ PCG64 for reproducible tests (not a cryptographic source).
 
 The multi-process mode (``crypten_multiprocess``) opens exactly the same ring sum, so both modes
 return bitwise-equal totals for equal inputs.
+
+``CryptenProtocol.compute`` goes beyond a sum: real CrypTen arithmetic among the K+1 parties, one
+thread each (``crypten_compat.run_parties``). Every client shares its input with CrypTen's PRZS
+(pseudo-random zero sharing from pairwise seeds: no input message), the parties sum the shares,
+run a given function on them (Beaver products, comparisons, CrypTen's Newton-Raphson sqrt and
+reciprocal) and open each output to the parties named for it only. CrypTen's default tuple
+provider (TFP) makes rank 0, client 0, the dealer of the Beaver triples: client 0 can open every
+value that is multiplied, so only functions of values client 0 may learn belong there, and the
+server must not collude with client 0. Every CrypTen message is a Transfer (one per sender,
+receiver and step, the payloads as blobs); an opening (all_reduce) is booked as every party
+sending its share to every other party.
 """
 
 from __future__ import annotations
@@ -39,6 +50,8 @@ from protocols.base import (
     FLOAT64_U,
     SERVER,
     AggregationResult,
+    ComputeResult,
+    PartyFailure,
     Protocol,
     ProtocolError,
     Transfer,
@@ -104,6 +117,78 @@ def random_ring_elements(n: int, rng: np.random.Generator | None) -> np.ndarray:
     return rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
 
 
+COMPUTE_STEPS = ("setup", "input", "compute", "reveal")
+COMPUTE_KINDS = {"setup": "parameters", "input": "share", "compute": "share", "reveal": "share"}
+
+
+def _receivers(spec, num_clients: int) -> list[int]:
+    """reveal_to value -> party ranks: "server" (rank K), "clients" (0..K-1) or a list of client indices."""
+    if spec == "server":
+        return [num_clients]
+    if spec == "clients":
+        return list(range(num_clients))
+    if isinstance(spec, (list, tuple)) and spec and all(isinstance(k, int) and 0 <= k < num_clients for k in spec):
+        return sorted(set(spec))
+    raise ProtocolError(f"reveal_to: expected server, clients or a list of client indices, got {spec!r}")
+
+
+def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precision_bits: int = 16,
+                   config: dict | None = None, timeout_s: float = 120.0) -> ComputeResult:
+    """Secret-share K flat float tensors (client k holds values[k]), sum them, apply ``function``
+    (shared sum -> {output name: shared tensor}, written with CrypTen's MPCTensor operations; run
+    by every party) and open each output to ``reveal_to[name]`` only ("server", "clients", or a
+    list of client indices). ``config``: CrypTen config overrides (iteration counts)."""
+    num_clients = len(values)
+    if num_clients < 1:
+        raise ProtocolError("compute: expected at least one client")
+    check_fixed_point_range([v.to(torch.float64) for v in values], precision_bits)
+    receivers = {name: _receivers(spec, num_clients) for name, spec in reveal_to.items()}
+    shape = tuple(values[0].shape)
+
+    def program(party):
+        party.step = "input"
+        total = None
+        for k in range(num_clients):
+            x = party.share(values[k] if party.rank == k else None, src=k, shape=shape)
+            total = x if total is None else total + x
+        party.step = "compute"
+        outputs = function(total)
+        if set(outputs) != set(receivers):
+            raise ProtocolError(f"compute: the function returned {sorted(outputs)}, reveal_to names {sorted(receivers)}")
+        party.step = "reveal"
+        opened = {}
+        for name in sorted(outputs):
+            for dst in receivers[name]:
+                value = party.reveal(outputs[name], dst)
+                if value is not None:
+                    opened[name] = value
+        return opened
+
+    ranks = [client(k) for k in range(num_clients)] + [SERVER]
+    try:
+        results, log, times = crypten_compat.run_parties(num_clients + 1, program, precision_bits, config, timeout_s)
+    except crypten_compat.PartyError as e:
+        raise PartyFailure(f"crypten compute: {e}") from e
+    grouped: dict[tuple[str, int, int], list[bytes]] = {}
+    for step, sender, receiver, payload in log:
+        grouped.setdefault((step, sender, receiver), []).append(payload)
+    transfers = [Transfer(ranks[sender], ranks[receiver], step, COMPUTE_KINDS.get(step, "share"),
+                          sum(len(b) for b in blobs), tuple(blobs))
+                 for (step, sender, receiver), blobs in grouped.items()]
+    outputs = {name: results[rs[0]][name] for name, rs in receivers.items()}
+    server_times = times[num_clients]
+    phases = {"setup": server_times.get("setup", 0.0), "protect": server_times.get("input", 0.0),
+              "compute": server_times.get("compute", 0.0), "reveal": server_times.get("reveal", 0.0)}
+    return ComputeResult(
+        outputs=outputs,
+        opened_to={name: tuple(ranks[r] for r in rs) for name, rs in receivers.items()},
+        transfers=transfers,
+        num_clients=num_clients,
+        phases=phases,
+        details={"messages": len(log), "precision_bits": precision_bits, "crypten_config": dict(config or {})},
+    )
+
+
 class CryptenProtocol(Protocol):
     """In-process additive secret sharing (see module docstring). precision_bits: fractional bits;
     seed: None (default) draws shares from os.urandom; an int makes them reproducible (tests)."""
@@ -115,6 +200,11 @@ class CryptenProtocol(Protocol):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ProtocolError(f"seed: expected an int or None, got {seed!r}")
         self._rng = None if seed is None else np.random.Generator(np.random.PCG64(seed))
+
+    def compute(self, values: list[torch.Tensor], function, reveal_to: dict, config: dict | None = None
+                ) -> ComputeResult:
+        """``secure_compute`` at this protocol's precision (see the module docstring)."""
+        return secure_compute(values, function, reveal_to, self.precision_bits, config)
 
     def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         num_clients = len(values)

@@ -11,13 +11,23 @@
    ``decode`` uses floor division plus an exact fractional part instead.
 4. Multi-process parties: ``init_party``/``party_secure_sum``/``shutdown_party`` run real CrypTen
    (PRZS sharing over torch.distributed gloo) inside one party process.
+5. Threaded parties: ``run_parties`` runs a CrypTen program (secret-shared arithmetic,
+   comparisons, sqrt, reciprocal) among K+1 parties, one thread each, with per-thread RNG seeds
+   and a recording communicator, so that every message a party sent is known (see below).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
+import pickle
+import queue
 import sys
+import threading
+import time
+import traceback
+import warnings
 
 import numpy as np
 import torch
@@ -33,6 +43,10 @@ def load_crypten():
             sys.modules[_OLD_REGISTRATION] = importlib.import_module(_NEW_REGISTRATION)
         except ImportError:  # an older torch that still has the original module
             pass
+    # torch.cat/stack on CrypTen tensors go through CrypTen's (plain-method) __torch_function__, which
+    # torch 2.x warns about on every call; the dispatch works.
+    warnings.filterwarnings("ignore", message="Defining your `__torch_function__` as a plain method",
+                            category=UserWarning)
     import crypten  # noqa: PLC0415 - the single place CrypTen is imported
 
     return crypten
@@ -111,3 +125,373 @@ def shutdown_party() -> None:
     crypten = load_crypten()
     if crypten.is_initialized():
         crypten.uninit()
+
+
+# --- 5. Threaded parties: a CrypTen computation among K+1 parties inside this process ---------------
+#
+# ``run_parties`` runs one CrypTen party per thread. CrypTen 0.4.1's own thread mode cannot be used
+# as it is: its RNG generators (``crypten.generators``: the PRZS seeds shared with the previous and
+# next party, the local and global seeds) are one module-level dict that every thread would
+# overwrite, and its ``InProcessCommunicator`` mixes point-to-point and collective messages in one
+# queue per party (a broadcast can overtake a seed). So, for the duration of one run:
+# - ``crypten.generators`` is a per-thread mapping (each party draws its own seeds from os.urandom
+#   and exchanges them as CrypTen does, over the wire below);
+# - every party's communicator is a ``_WireCommunicator``: one FIFO queue per ordered pair of
+#   parties, every collective written as point-to-point messages, and every message recorded
+#   (sender rank, receiver rank, the step the sender is in, the int64 payload bytes). all_reduce
+#   (every opening, e.g. Beaver's masked ε, δ) is booked as each party sending its share to every
+#   other party; reduce(dst) as each party sending its share to dst.
+# Only one threaded run at a time (a lock); CrypTen's configuration overrides hold for the run.
+
+_RUN_LOCK = threading.Lock()
+_GENERATOR_KEYS = ("prev", "next", "local", "global")
+
+
+class PartyError(RuntimeError):
+    """A party thread failed or a message did not arrive in time."""
+
+
+class _ThreadGenerators:
+    """Stands in for ``crypten.generators``: the same four dicts, one set per thread."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _own(self) -> dict:
+        if not hasattr(self._local, "generators"):
+            self._local.generators = {key: {} for key in _GENERATOR_KEYS}
+        return self._local.generators
+
+    def __getitem__(self, key):
+        return self._own()[key]
+
+    def keys(self):
+        return self._own().keys()
+
+
+class _Wire:
+    """The messages of one threaded run: a queue per (sender, receiver) and the log of every send."""
+
+    def __init__(self, world_size: int, timeout_s: float):
+        self.world_size = world_size
+        self.timeout_s = timeout_s
+        self.queues = {(a, b): queue.Queue() for a in range(world_size) for b in range(world_size) if a != b}
+        self.log: list[tuple[str, int, int, bytes]] = []  # (step, sender, receiver, payload)
+        self.lock = threading.Lock()
+        self.steps = ["setup"] * world_size
+        self.failed = threading.Event()
+        self.barrier = threading.Barrier(world_size)
+
+    def put(self, sender: int, receiver: int, payload) -> None:
+        data = _payload_bytes(payload)
+        with self.lock:
+            self.log.append((self.steps[sender], sender, receiver, data))
+        self.queues[(sender, receiver)].put(payload)
+
+    def get(self, sender: int, receiver: int):
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if self.failed.is_set():
+                raise PartyError("another party failed")
+            try:
+                return self.queues[(sender, receiver)].get(timeout=0.05)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise PartyError(f"party {receiver} waited {self.timeout_s:g}s for party {sender}") from None
+
+
+def _payload_bytes(payload) -> bytes:
+    """What a message carries on the wire: little-endian int64 (or the tensor's dtype) bytes; a list
+    (CrypTen's batched collectives) is the concatenation; other objects are pickled."""
+    if isinstance(payload, (list, tuple)):
+        return b"".join(_payload_bytes(p) for p in payload)
+    if torch.is_tensor(payload):
+        a = payload.detach().cpu().contiguous().numpy()
+        return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+    return pickle.dumps(payload)
+
+
+def _copy(payload):
+    if isinstance(payload, (list, tuple)):
+        return [_copy(p) for p in payload]
+    return payload.detach().clone() if torch.is_tensor(payload) else copy.deepcopy(payload)
+
+
+def _reduce(items: list, op=None):
+    """Sum of same-shape tensors (int64 wraps mod 2^64: the ring), or their XOR for op=BXOR (binary
+    shares); elementwise over lists (batched)."""
+    if isinstance(items[0], list):
+        return [_reduce([item[i] for item in items], op) for i in range(len(items[0]))]
+    if op is None or op == torch.distributed.ReduceOp.SUM:
+        return torch.stack(items).sum(0)
+    if op == torch.distributed.ReduceOp.BXOR:
+        out = items[0].clone()
+        for item in items[1:]:
+            out ^= item
+        return out
+    raise NotImplementedError(f"reduce op {op}")
+
+
+def _communicator_class():
+    load_crypten()
+    from crypten.communicator import Communicator  # noqa: PLC0415
+
+    class _WireCommunicator(Communicator):
+        """CrypTen's communicator interface over a ``_Wire`` (see above)."""
+
+        BYTES_PER_ELEMENT = 8
+
+        def __init__(self, rank: int, world_size: int, wire: _Wire):
+            self.rank, self.world_size, self.wire = rank, world_size, wire
+            self._name = f"rank{rank}"
+            self.reset_communication_stats()
+
+        def _others(self):
+            return [r for r in range(self.world_size) if r != self.rank]
+
+        def send(self, tensor, dst):
+            self.wire.put(self.rank, dst, _copy(tensor))
+
+        def recv(self, tensor, src=None):
+            if src is None:
+                raise NotImplementedError("recv needs a source party")
+            return self.wire.get(src, self.rank)
+
+        def isend(self, tensor, dst):
+            self.send(tensor, dst)
+            return _Done()
+
+        def irecv(self, tensor, src=None):
+            wire, rank = self.wire, self.rank
+
+            class _Pending:
+                def wait(self):
+                    tensor.copy_(wire.get(src, rank))
+
+                def is_completed(self):
+                    return False
+
+            return _Pending()
+
+        def scatter(self, scatter_list, src, size=None, device=None):
+            if self.rank == src:
+                for r in self._others():
+                    self.wire.put(self.rank, r, _copy(scatter_list[r]))
+                return scatter_list[self.rank].clone()
+            return self.wire.get(src, self.rank)
+
+        def gather(self, tensor, dst):
+            if self.rank != dst:
+                self.wire.put(self.rank, dst, _copy(tensor))
+                return [None]
+            return [_copy(tensor) if r == dst else self.wire.get(r, dst) for r in range(self.world_size)]
+
+        def all_gather(self, tensor):
+            for r in self._others():
+                self.wire.put(self.rank, r, _copy(tensor))
+            return [_copy(tensor) if r == self.rank else self.wire.get(r, self.rank) for r in range(self.world_size)]
+
+        def reduce(self, input, dst, op=None, batched=False):
+            gathered = self.gather(input, dst)
+            return _reduce(gathered, op) if self.rank == dst else None
+
+        def all_reduce(self, input, op=None, batched=False):
+            return _reduce(self.all_gather(input), op)
+
+        def broadcast(self, input, src, group=None, batched=False):
+            if self.rank == src:
+                for r in self._others():
+                    self.wire.put(self.rank, r, _copy(input))
+                return input
+            received = self.wire.get(src, self.rank)
+            if batched:
+                for target, value in zip(input, received):
+                    target.copy_(value)
+                return input
+            input.copy_(received)
+            return input
+
+        def barrier(self):
+            self.wire.barrier.wait(timeout=self.wire.timeout_s)
+
+        def send_obj(self, obj, dst, group=None):
+            self.wire.put(self.rank, dst, copy.deepcopy(obj))
+
+        def recv_obj(self, src, group=None):
+            return self.wire.get(src, self.rank)
+
+        def broadcast_obj(self, obj, src, group=None):
+            if self.rank == src:
+                for r in self._others():
+                    self.wire.put(self.rank, r, copy.deepcopy(obj))
+                return obj
+            return self.wire.get(src, self.rank)
+
+        def get_world_size(self):
+            return self.world_size
+
+        def get_rank(self):
+            return self.rank
+
+        def set_name(self, name):
+            self._name = name
+
+        def get_name(self):
+            return self._name
+
+    return _WireCommunicator
+
+
+class _Done:
+    def wait(self):
+        pass
+
+    def is_completed(self):
+        return True
+
+
+class Party:
+    """What a party's program sees: its rank, the world size, and the CrypTen operations that move
+    data in or out of the secret-shared world. Everything in between is CrypTen's MPCTensor API."""
+
+    def __init__(self, rank: int, world_size: int, wire: _Wire, precision_bits: int):
+        self.rank, self.world_size, self._wire = rank, world_size, wire
+        self.precision_bits = precision_bits
+
+    @property
+    def step(self) -> str:
+        return self._wire.steps[self.rank]
+
+    @step.setter
+    def step(self, name: str) -> None:
+        """Label the messages this party sends from now on (e.g. "compute", "reveal")."""
+        self._wire.steps[self.rank] = name
+
+    def share(self, tensor: torch.Tensor | None, src: int, shape: tuple[int, ...]):
+        """Secret-share party src's float tensor (CrypTen PRZS: no message is sent); every other
+        party passes None. The value is rounded to the 2^-p grid first (CrypTen's encoder truncates)."""
+        crypten = load_crypten()
+        if self.rank == src:
+            scale = float(1 << self.precision_bits)
+            data = torch.round(tensor.to(torch.float64) * scale) / scale
+        else:
+            data = torch.zeros(shape, dtype=torch.float64)
+        return crypten.cryptensor(data, src=src, precision=self.precision_bits)
+
+    def reveal(self, x, dst: int) -> torch.Tensor | None:
+        """Open shared x to party dst only (every other party sends it its share): float64 on dst,
+        None elsewhere (decoded with ``decode``, not CrypTen's)."""
+        ring = x.reveal(dst=dst)
+        if self.rank != dst:
+            return None
+        precision = x.encoder._precision_bits
+        return decode(ring.reshape(-1), precision).reshape(ring.shape)
+
+
+def run_parties(world_size: int, program, precision_bits: int = 16, config: dict | None = None,
+                timeout_s: float = 120.0) -> tuple[list, list[tuple[str, int, int, bytes]], list[dict]]:
+    """Run ``program(party)`` as world_size CrypTen parties, one thread each, in this process.
+
+    Returns (each rank's return value, the message log [(step, sender, receiver, payload bytes)],
+    each rank's seconds per step). ``config``: CrypTen config overrides for the run (e.g.
+    {"functions.sqrt_nr_iters": 12}); the encoder's precision is ``precision_bits``. A party that
+    raises, or waits longer than timeout_s for a message, raises PartyError here."""
+    crypten = load_crypten()
+    import crypten.communicator as comm  # noqa: PLC0415
+    from crypten.communicator import InProcessCommunicator  # noqa: PLC0415
+
+    wire_class = _communicator_class()
+    with _RUN_LOCK:
+        if comm.is_initialized():
+            raise PartyError("run_parties: CrypTen is already initialised in this thread")
+        wire = _Wire(world_size, timeout_s)
+        results: list = [None] * world_size
+        errors: list = [None] * world_size
+        times: list[dict] = [{} for _ in range(world_size)]
+
+        def body(rank: int) -> None:
+            try:
+                InProcessCommunicator.tls.instance = wire_class(rank, world_size, wire)
+                crypten._setup_prng()  # seeds from os.urandom, exchanged over the wire ("setup")
+                timed = _TimedParty(Party(rank, world_size, wire, precision_bits), times[rank])
+                results[rank] = program(timed)
+                timed.close()
+            except BaseException:  # noqa: BLE001 - reported to the caller below
+                errors[rank] = traceback.format_exc()
+                wire.failed.set()
+                wire.barrier.abort()
+
+        saved_generators = crypten.generators
+        overrides = {"encoder.precision_bits": precision_bits, **(config or {})}
+        try:
+            crypten.generators = _ThreadGenerators()
+            setattr(comm, "__use_threads", True)
+            with crypten.cfg.temp_override(overrides):
+                threads = [threading.Thread(target=body, args=(rank,), name=f"privfgl-crypten-party{rank}", daemon=True)
+                           for rank in range(world_size)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+        finally:
+            crypten.generators = saved_generators
+            setattr(comm, "__use_threads", False)
+            InProcessCommunicator.tls = threading.local()
+        failed = [(rank, e) for rank, e in enumerate(errors) if e is not None]
+        if failed:
+            first = next(((r, e) for r, e in failed if "another party failed" not in e), failed[0])
+            raise PartyError(f"crypten party {first[0]} failed:\n{first[1]}")
+        return results, wire.log, times
+
+
+class _TimedParty(Party):
+    """A Party that also books wall seconds per step (the time between step changes)."""
+
+    def __init__(self, party: Party, seconds: dict):
+        super().__init__(party.rank, party.world_size, party._wire, party.precision_bits)
+        self._seconds = seconds
+        self._mark = time.perf_counter()
+
+    def _book(self) -> None:
+        now = time.perf_counter()
+        self._seconds[self.step] = self._seconds.get(self.step, 0.0) + now - self._mark
+        self._mark = now
+
+    @Party.step.setter
+    def step(self, name: str) -> None:
+        self._book()
+        self._wire.steps[self.rank] = name
+
+    def close(self) -> None:
+        self._book()
+
+
+def at_least_powers_of_two(x, positions: list[int]):
+    """Secure x >= 2^(j - p) for many j at once, p the fixed-point precision of x.
+
+    x: a CrypTen MPCTensor (arithmetic, fixed point, ring value X = x·2^p). Returns an MPCTensor of
+    shape [*x.shape, len(positions)] at x's fixed-point scale: 1.0 where 0 <= X and X >= 2^j, else 0.
+    Cost: one A2B conversion of x (CrypTen's binary adder over the parties' shares, the expensive part
+    with many parties), a prefix OR over the bits (6 rounds of binary AND) and one single-bit B2A per
+    output, instead of one full CrypTen comparison (an A2B each) per threshold.
+    Under CrypTen's TFP provider the dealer (rank 0) can open these bits, as it can any comparison's."""
+    load_crypten()
+    from crypten.mpc.primitives import BinarySharedTensor, beaver  # noqa: PLC0415
+    from crypten.mpc.primitives.converters import convert  # noqa: PLC0415
+    from crypten.mpc.ptype import ptype as Ptype  # noqa: PLC0415
+
+    if not positions or any(not 0 <= j <= 62 for j in positions):
+        raise ValueError(f"positions: expected bit positions in 0..62, got {positions}")
+    xb = convert(x._tensor, Ptype.binary)                     # XOR shares of the two's complement X
+    nonneg = xb.rshift(63) & 1 ^ 1                             # 1 where X >= 0 (sign bit clear)
+    z = xb & ((1 << 63) - 1)
+    for s in (1, 2, 4, 8, 16, 32):                             # z bit j: some bit >= j of X is set
+        z = z | z.rshift(s)
+    bits = BinarySharedTensor.stack([z.rshift(j) & 1 for j in positions], dim=-1)
+    bits = bits & BinarySharedTensor.stack([nonneg] * len(positions), dim=-1)
+    arithmetic = beaver.B2A_single_bit(bits)                   # integer 0/1 shares
+    out = x.shallow_copy()
+    arithmetic.share = arithmetic.share * x.encoder.scale      # exact: 0/1 -> 0/2^p in the ring
+    arithmetic.encoder = x.encoder
+    out._tensor = arithmetic
+    return out

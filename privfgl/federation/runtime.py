@@ -115,6 +115,65 @@ class Federation:
                 total = dp.reveal(total, sample_rate)
         return total
 
+    def compute(self, round: int, name: str, contributions: list[Tensors], function, reveal_to: dict,
+                options: dict | None = None) -> Tensors:
+        """A function of the clients' summed tensors computed on secret shares, only its outputs opened.
+
+        Every client secret-shares its named tensors through the federation's protocol (which must
+        offer `compute`: crypten), the parties sum the shares, `function` maps the shared sums
+        ({field: shared tensor with the contributions' shape}) to shared outputs ({output: shared
+        tensor}, written with the protocol's shared-tensor operations), and each output is opened
+        only to reveal_to[output]: "server", "clients" or a list of client indices. `options`: the
+        protocol's settings for this computation (crypten: CrypTen config overrides). Every message
+        goes on the channel like an aggregation's (labels name:setup, name:input, name:compute,
+        name:reveal; the payloads as blobs), and each party that opened an output observes it as
+        name:output. Returns the opened outputs (float64)."""
+        if len(contributions) != self.num_clients:
+            raise ValueError(f"compute {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
+        if self.dp is not None and self.dp.applies_to(name):
+            raise ValueError(f"compute {name!r}: message DP on a computed message is not built")
+        compute = getattr(self.protocol, "compute", None)
+        if compute is None:
+            raise ValueError(f"compute {name!r}: protocol {self.protocol.name!r} cannot compute on secret shares; "
+                             "valid: --protocol crypten (mode=inprocess)")
+        flats, layout = zip(*(flatten(c) for c in contributions))
+        for k, lay in enumerate(layout):
+            if lay != layout[0]:
+                raise ValueError(f"compute {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
+        self._log_for_audit(round, name, flats, self.protocol)
+
+        def on_sums(shared):
+            fields, i = {}, 0
+            for field_name, shape in layout[0]:
+                n = shape.numel()
+                fields[field_name] = shared[i:i + n].reshape(tuple(shape))
+                i += n
+            return function(fields)
+
+        result = compute([f.to(torch.float64) for f in flats], on_sums, reveal_to, options)
+        for phase, seconds in result.phases.items():
+            self.timer.add(phase, seconds)
+        self._deliver(round, name, result.transfers)
+        for output, parties in result.opened_to.items():
+            for party in parties:
+                self.channel.observe(party, Message(round, f"{name}:{output}", party, party, "aggregate", 0,
+                                                    {output: result.outputs[output]}))
+        return dict(result.outputs)
+
+    def _deliver(self, round: int, name: str, transfers, contributions: list[Tensors] | None = None,
+                 total: Tensors | None = None) -> None:
+        """Put every protocol message on the channel with its real sender, receiver and bytes."""
+        clients = {c: k for k, c in enumerate(self.clients)}
+        for t in transfers:
+            label = name if t.step == "input" else f"{name}:{t.step}"
+            tensors = None
+            if t.kind == "plaintext" and t.sender in clients and contributions is not None:
+                tensors = contributions[clients[t.sender]]  # the named fields as the client sent them
+            elif t.tensor is not None and total is not None:
+                tensors = dict(total)  # a revealed sum; the view keeps its own dict
+            self.channel.deliver(Message(round, label, t.sender, t.receiver, t.kind, int(t.nbytes), tensors,
+                                         tuple(t.blobs) or None))
+
     def _log_for_audit(self, round: int, name: str, flats, protocol) -> None:
         keep = self.transcript.keep
         if keep == "none":
@@ -127,16 +186,7 @@ class Federation:
     def _record_aggregation(self, round: int, name: str, contributions: list[Tensors], result, total: Tensors) -> None:
         """Put every protocol message on the channel with its real sender and receiver, then record
         what the server holds on its own (its public context) and who opened the sum."""
-        clients = {c: k for k, c in enumerate(self.clients)}
-        for t in result.transfers:
-            label = name if t.step == "input" else f"{name}:{t.step}"
-            tensors = None
-            if t.kind == "plaintext" and t.sender in clients:
-                tensors = contributions[clients[t.sender]]  # the named fields as the client sent them
-            elif t.tensor is not None:
-                tensors = dict(total)  # a revealed sum; the view keeps its own dict
-            self.channel.deliver(Message(round, label, t.sender, t.receiver, t.kind, int(t.nbytes), tensors,
-                                         tuple(t.blobs) or None))
+        self._deliver(round, name, result.transfers, contributions, total)
         if result.server_context is not None:
             self.channel.observe(SERVER, Message(round, name + ":context", SERVER, SERVER, "parameters", 0, None,
                                                  (result.server_context,)))
