@@ -114,6 +114,12 @@ class RunConfig:
         if self.method == "fedgpl" and self.clients % 3:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
+        if self.method == "fedgpl":
+            from privfgl.methods.fedgpl.params import check_protocol, resolve_params
+            try:
+                check_protocol(resolve_params(self.method_params), self.protocol, self.protocol_params)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         self._validate_evaluate()
         check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
 

@@ -7,6 +7,7 @@ from privfgl.methods.params import resolve
 
 FEDERATIONS = ("hidta", "fedavg", "fedprox", "local")
 HIDTA_MODES = ("paper", "code")
+TAU_IN = ("clear", "crypten")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class FedGPLParams:
     batch_size: int = 16             # sample graphs per split step ([C])
     mu: float = 0.01                 # FedProx's proximal weight (fed=fedprox)
     hidta_mode: str = "paper"        # paper: Eqs. 5-7 with the client factors of Eq. 6; code: the authors' task-level form
+    tau_in: str = "clear"            # where HiDTA's τ is computed: clear (the server, from the revealed task models) or
+                                     # crypten (on secret shares; the server learns τ only; needs --protocol crypten)
     dim: int = 100                   # SVD feature width d0 ([C])
     hidden: int = 100                # trunk width ([C])
     dropout: float = 0.5             # trunk dropout ([C])
@@ -44,6 +47,7 @@ def _check(p: FedGPLParams) -> None:
     need(p.fed in FEDERATIONS, "fed", ", ".join(FEDERATIONS))
     need(p.prompt in ("vpg", "gpf", "prog"), "prompt", "vpg, gpf, prog")
     need(p.hidta_mode in HIDTA_MODES, "hidta_mode", ", ".join(HIDTA_MODES))
+    need(p.tau_in in TAU_IN, "tau_in", ", ".join(TAU_IN))
     need(p.candidates >= 0, "candidates", "an integer >= 0")
     need(p.candidates == 0 or p.prompt == "vpg", "candidates", "0 unless prompt=vpg")
     need(p.tokens >= 1, "tokens", "an integer >= 1")
@@ -63,3 +67,12 @@ def _check(p: FedGPLParams) -> None:
 def resolve_params(method_params: dict) -> FedGPLParams:
     """FedGPLParams from `--method-param` settings; ValueError names a bad key and what is valid."""
     return resolve("fedgpl", FedGPLParams, method_params, {}, _check)
+
+
+def check_protocol(p: FedGPLParams, protocol: str, protocol_params: dict) -> None:
+    """Settings that depend on the run's protocol: tau_in=crypten computes τ on CrypTen shares in this
+    process, so it needs --protocol crypten in its (default) in-process mode."""
+    if p.tau_in == "crypten" and (protocol != "crypten" or protocol_params.get("mode", "inprocess") != "inprocess"):
+        raise ValueError(f"fedgpl: invalid method param tau_in='crypten' with --protocol {protocol}"
+                         f"{' mode=' + str(protocol_params['mode']) if 'mode' in protocol_params else ''}; valid: "
+                         "tau_in=crypten with --protocol crypten (mode=inprocess), or tau_in=clear")

@@ -7,7 +7,8 @@ federated:
   phase 1 reveals each task group's sum of θ (one secure sum of task-slotted vectors over all
   clients; group membership is public), the server computes τ̂ from the task models; phase 2
   (paper mode) reveals each group's Σ c_j θ_j and Σ c_j; every client of task t receives
-  θ_t^new. The server never sees a client's θ under a secure protocol.
+  θ_t^new. The server never sees a client's θ under a secure protocol. With tau_in=crypten phase 1
+  runs on CrypTen shares instead: the server learns τ̂ only, the clients the task models.
 - fedavg / fedprox: one secure sum of {θ_k, 1} over all clients (FedProx adds μ/2·||θ − θ_g||²).
 - local: no federation of prompts and heads (the clients still share the server's trunk).
 Evaluation (the measurement harness, outside the channel and any noise): after each round every
@@ -16,6 +17,8 @@ with the best mean validation accuracy is reported (the train-query part of B.8 
 split, never test).
 """
 from __future__ import annotations
+
+import time
 
 import torch
 from torch_geometric.data import Data
@@ -31,6 +34,14 @@ from privfgl.methods.fedgpl.split import M1, M2, M3, M4, SplitClient, SplitServe
 from privfgl.privacy.split_dp import SplitDP
 
 UPDATE = "prompt_update"
+TAU = "hidta_tau"  # tau_in=crypten: phase 1 computed on CrypTen shares (hidta.transferability_shared)
+TAU_TRUST = {
+    "clear": "HiDTA phase 1 opens each task group's sum of θ to the server, which computes τ in the clear: the "
+             "server learns the task models θ'_t (B.7 option (a))",
+    "crypten": "τ computed in CrypTen on secret shares of the task-group sums (B.7 option (b)); revealed: τ only, "
+               "to the server; the task models θ'_t are opened to the clients only. CrypTen's TFP makes client0 "
+               "the dealer of the Beaver triples: the server must not collude with client0",
+}
 SPLIT_TRUST = ("the server receives every client's prompted sample graphs (M1: node features, noised only under "
                "--dp on=m1|split; edge_index and batch vector always in the clear) and per-sample embedding "
                "gradients (M3: they reveal the labels unless noised); --protocol covers only the prompt/head sums")
@@ -121,11 +132,16 @@ def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], 
         total = fed.aggregate(r, UPDATE, [{"theta": t, "n": torch.ones(1, dtype=torch.float64)} for t in thetas])
         new = (total["theta"] / total["n"]).expand(T, -1).clone()
     else:
-        group = fed.aggregate(r, UPDATE, _task_slots(thetas, [1.0] * len(thetas), tasks, T))
-        now = group["theta"] / group["weight"].clamp_min(1.0).unsqueeze(1)   # θ'_t: task means
-        tau = hidta.transferability(now, start, p.hidta_mode)
+        if p.tau_in == "crypten":
+            now, tau = _tau_in_crypten(setup, p, r, thetas, tasks, start)
+        else:
+            group = fed.aggregate(r, UPDATE, _task_slots(thetas, [1.0] * len(thetas), tasks, T))
+            now = group["theta"] / group["weight"].clamp_min(1.0).unsqueeze(1)   # θ'_t: task means
+            tau = hidta.transferability(now, start, p.hidta_mode)
         setup.extras.setdefault("fedgpl_tau", []).append(tau.tolist())
         if p.hidta_mode == "code":
+            if p.tau_in == "crypten":  # the clients hold the task models, the server τ: it sends τ to them
+                fed.broadcast(r, TAU + ":weights", {"tau": tau})
             new = tau @ now
         else:
             factors = [hidta.client_factor(theta, now[t]) for theta, t in zip(thetas, tasks)]  # client side
@@ -134,6 +150,47 @@ def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], 
     for c, t in zip(clients, tasks):
         _load(c, new[t])
     return new
+
+
+def _tau_in_crypten(setup: Setup, p: FedGPLParams, r: int, thetas: list[torch.Tensor], tasks: list[int],
+                    start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """HiDTA's phase 1 on CrypTen shares (tau_in=crypten, B.7 option (b)): client j shares θ_j / |task(j)|
+    in its task's slot (group sizes are public), so the shared sum is the task models θ'_t; τ̂ is computed on
+    the shares (hidta.transferability_shared) and opened to the server alone, θ'_t to the clients alone
+    (they need it for Eq. 6's c_j, and in code mode for θ^new = τ̂ θ'). The start models θ_t are a public
+    input in paper mode (the server computed them from S_q, C_q); in code mode the clients computed them
+    (θ^new, which with τ̂ would give θ'_t away), so each client shares its task's θ_t / |task| as well.
+    Returns (θ'_t as the clients opened it, τ̂ as the server opened it); the auditor-only error against the
+    clear τ̂ on the same uploads is kept."""
+    fed, T = setup.federation, len(TASKS)
+    sizes = [max(1, tasks.count(t)) for t in range(T)]
+    private_start = p.hidta_mode == "code"
+    uploads = []
+    for slots, t in zip(_task_slots(thetas, [1.0 / sizes[t] for t in tasks], tasks, T), tasks):
+        upload = {"theta": slots["theta"]}
+        if private_start:
+            upload["start"] = torch.zeros_like(slots["theta"])
+            upload["start"][t] = start[t] / sizes[t]
+        uploads.append(upload)
+    bits = getattr(fed.protocol, "precision_bits", 16)
+
+    def on_shares(sums: dict) -> dict:
+        now = sums["theta"]
+        tau = hidta.transferability_shared(now, sums["start"] if private_start else start, p.hidta_mode, bits)
+        return {"tau": tau, "task_models": now}
+
+    sent, t0 = sum(fed.channel.sent.values()), time.perf_counter()
+    opened = fed.compute(r, TAU, uploads, on_shares, {"tau": "server", "task_models": "clients"},
+                         options=hidta.MPC_CONFIG)
+    cost = setup.extras.setdefault("fedgpl_tau_cost", {"rounds": 0, "bytes": 0, "seconds": 0.0, "max_abs_error": 0.0})
+    cost["rounds"] += 1
+    cost["bytes"] += sum(fed.channel.sent.values()) - sent
+    cost["seconds"] += time.perf_counter() - t0
+    # auditor only (the harness knows every θ_j): the clear τ̂ on the same uploads, never sent anywhere
+    exact = torch.stack([sum(thetas[j] for j in range(len(thetas)) if tasks[j] == t) / sizes[t] for t in range(T)])
+    error = float((opened["tau"] - hidta.transferability(exact, start, p.hidta_mode)).abs().max())
+    cost["max_abs_error"] = max(cost["max_abs_error"], error)
+    return opened["task_models"], opened["tau"]
 
 
 def run_fedgpl(setup: Setup) -> None:
@@ -191,6 +248,16 @@ def run_fedgpl(setup: Setup) -> None:
     setup.extras["metrics"] = {"split_bytes_per_client_round": split_bytes(setup),
                                "per_task": per_task_accuracy(setup, tasks), "pretrain": setup.extras["fedgpl_pretrain"],
                                "tau_last": setup.extras.get("fedgpl_tau", [None])[-1]}
+    if p.fed == "hidta":
+        setup.extras["trust"]["hidta_tau"] = TAU_TRUST[p.tau_in]
+        setup.extras["metrics"]["tau_in"] = p.tau_in
+        cost = setup.extras.get("fedgpl_tau_cost")
+        if cost is not None and cost["rounds"]:
+            n = cost["rounds"]
+            setup.extras["metrics"]["tau_crypten"] = {
+                "rounds": n, "bytes_per_round": cost["bytes"] / n, "seconds_per_round": cost["seconds"] / n,
+                "max_abs_error": cost["max_abs_error"],  # auditor-measured: max |τ̂ (CrypTen) − τ̂ (clear)|
+                "revealed": "τ only, to the server; the task models θ'_t to the clients only"}
 
 
 def split_bytes(setup: Setup) -> dict[str, float]:
