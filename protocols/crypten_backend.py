@@ -154,7 +154,8 @@ def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precis
         party.step = "compute"
         outputs = function(total)
         if set(outputs) != set(receivers):
-            raise ProtocolError(f"compute: the function returned {sorted(outputs)}, reveal_to names {sorted(receivers)}")
+            raise ProtocolError(f"compute: the function returned {sorted(outputs)}, "
+                                f"reveal_to names {sorted(receivers)}")
         party.step = "reveal"
         opened = {}
         for name in sorted(outputs):

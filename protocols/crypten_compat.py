@@ -411,9 +411,9 @@ def run_parties(world_size: int, program, precision_bits: int = 16, config: dict
 
         def body(rank: int) -> None:
             try:
+                timed = _TimedParty(Party(rank, world_size, wire, precision_bits), times[rank])  # step "setup"
                 InProcessCommunicator.tls.instance = wire_class(rank, world_size, wire)
                 crypten._setup_prng()  # seeds from os.urandom, exchanged over the wire ("setup")
-                timed = _TimedParty(Party(rank, world_size, wire, precision_bits), times[rank])
                 results[rank] = program(timed)
                 timed.close()
             except BaseException:  # noqa: BLE001 - reported to the caller below

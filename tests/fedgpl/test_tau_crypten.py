@@ -12,7 +12,7 @@ from privfgl.data import contextual_sbm
 from privfgl.experiment import ConfigError, RunConfig, run
 from privfgl.federation import SERVER, Federation
 from privfgl.methods.fedgpl import hidta
-from protocols import get_protocol
+from protocols import PartyFailure, get_protocol
 from protocols.crypten_backend import secure_compute
 
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
@@ -65,14 +65,15 @@ def test_secure_tau_equals_the_clear_one(mode, private_start, scale_theta, scale
     assert result.opened_to == {"tau": (SERVER,)}
 
 
-def test_negative_tau_is_clipped_and_a_task_that_did_not_move_gets_the_identity_row():
+@pytest.mark.parametrize("mode, private_start", [("paper", False), ("code", True)])
+def test_negative_tau_is_clipped_and_a_task_that_did_not_move_gets_the_identity_row(mode, private_start):
     start, now = task_models(1.0, 0.1)
     start[:] = start[0]                     # one start model for every task, as after the FedAvg round
     now[2] = 2 * start[0] - now[0]          # task 2 moved against task 0: τ_{0<-2} < 0
-    now[1] = start[1]                       # task 1 did not move: an all-zero row
-    clear = hidta.transferability(now, start, "paper")
+    now[1] = start[1]                       # task 1 did not move: an all-zero row (Eq. 5)
+    clear = hidta.transferability(now, start, mode)
     assert clear[0, 2] == 0 and torch.equal(clear[1], torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
-    assert (secure_tau(start, now, "paper", False).outputs["tau"] - clear).abs().max() < TOLERANCE
+    assert (secure_tau(start, now, mode, private_start).outputs["tau"] - clear).abs().max() < TOLERANCE
 
 
 def test_federation_compute_puts_every_share_on_the_channel_and_opens_outputs_only_to_their_parties():
@@ -92,6 +93,18 @@ def test_federation_compute_puts_every_share_on_the_channel_and_opens_outputs_on
     assert fed.cost()["bytes_up"] > 0 and fed.cost()["bytes_down"] > 0
     with pytest.raises(ValueError, match="cannot compute on secret shares; valid: --protocol crypten"):
         Federation(3, get_protocol("plain")).compute(0, "demo", values, lambda s: s, {"x": "server"})
+
+
+def test_a_failing_party_stops_the_computation_and_leaves_crypten_usable():
+    values = [torch.ones(4, dtype=torch.float64) * k for k in range(3)]
+
+    def fails(total):
+        raise RuntimeError("boom")
+
+    with pytest.raises(PartyFailure, match="boom"):
+        secure_compute(values, fails, {"x": "server"})
+    result = secure_compute(values, lambda total: {"x": total * total}, {"x": "server"})
+    assert torch.allclose(result.outputs["x"], torch.full((4,), 9.0, dtype=torch.float64), atol=1e-3)
 
 
 def fedgpl(graph, protocol: str = "crypten", **params):
@@ -187,8 +200,9 @@ def test_code_mode_keeps_the_start_models_from_the_server_too(graph):
 
 
 def test_tau_in_crypten_needs_the_crypten_protocol(graph, capsys):
-    with pytest.raises(ConfigError, match="invalid method param tau_in='crypten' with --protocol plain; valid: "
-                                          r"tau_in=crypten with --protocol crypten \(mode=inprocess\), or tau_in=clear"):
+    expected = ("invalid method param tau_in='crypten' with --protocol plain; valid: "
+                r"tau_in=crypten with --protocol crypten \(mode=inprocess\), or tau_in=clear")
+    with pytest.raises(ConfigError, match=expected):
         fedgpl(graph, protocol="plain", tau_in="crypten")
     with pytest.raises(ValueError, match="invalid method param tau_in='elsewhere'; valid: clear, crypten"):
         fedgpl(graph, tau_in="elsewhere")

@@ -46,42 +46,45 @@ def combine(tau: torch.Tensor, weighted_sums: torch.Tensor, weights: torch.Tenso
 
 # Secure τ̂ (`transferability_shared`). Fixed point has a narrow range (2^-16 resolution), so every positive
 # quantity that CrypTen's Newton-Raphson sqrt or reciprocal sees is first scaled into [1, 4) by a power of 4
-# found with secure comparisons against 4^e, e in POW4 (values from 4^-8 = 2^-16 up to 4^16 ≈ 4.3e9).
-POW4 = tuple(range(-8, 16))
+# found with secure comparisons against 4^e, e in a range of exponents: the code-mode diagonal from 4^-8 =
+# 2^-16 up, the row sums from 4^-4 = 2^-8 up (a row below that is taken as empty, the identity row: an
+# unchanged task's row is 0 up to the truncation noise of a few fixed-point steps per entry).
+DIAGONAL_POW4 = tuple(range(-8, 16))
+ROW_POW4 = tuple(range(-4, 16))
 MPC_CONFIG = {"functions.sqrt_nr_iters": 6, "functions.reciprocal_nr_iters": 12,
               "functions.reciprocal_all_pos": True}  # on [1, 4): well inside both methods' ranges
 
 
-def _exponent(x, precision_bits: int = 16):
-    """x shared [n] >= 0 -> (ind [n, m]: one-hot over POW4 of the e with 4^e <= x < 4^(e+1) (the last e for
-    anything larger), all zero where x < 4^POW4[0]; below [n]: 1 there, else 0). One batch of secure
+def _exponent(x, exps: tuple[int, ...], precision_bits: int = 16):
+    """x shared [n] >= 0 -> (ind [n, m]: one-hot over exps of the e with 4^e <= x < 4^(e+1) (the last e for
+    anything larger), all zero where x < 4^exps[0]; below [n]: 1 there, else 0). One batch of secure
     comparisons against the powers of two 4^e (crypten_compat.at_least_powers_of_two)."""
-    b = crypten_compat.at_least_powers_of_two(x, [precision_bits + 2 * e for e in POW4])  # x >= 4^e: a prefix of ones
+    b = crypten_compat.at_least_powers_of_two(x, [precision_bits + 2 * e for e in exps])  # x >= 4^e: a prefix of ones
     ind = torch.cat([b[:, :-1] - b[:, 1:], b[:, -1:]], dim=1)
     return ind, 1 - b[:, 0]
 
 
-def _times_pow4(values, ind):
+def _times_pow4(values, ind, exps: tuple[int, ...]):
     """values shared [n, k], ind [n, m] from `_exponent` -> values[i] · 4^-e(i) (0 where ind's row is 0).
     Each candidate values·4^-e is exact-scale fixed point (× an integer, or ÷ one by CrypTen's truncation);
     a candidate that overflows is multiplied by an exact 0."""
     v = values.unsqueeze(2)
     parts = []
-    up = [e for e in POW4 if e < 0]
+    up = [e for e in exps if e < 0]
     if up:
         parts.append(v * torch.tensor([4.0 ** -e for e in up], dtype=torch.float64))
-    if 0 in POW4:
+    if 0 in exps:
         parts.append(v)
-    down = [e for e in POW4 if e > 0]
+    down = [e for e in exps if e > 0]
     if down:
         parts.append(v.div(torch.tensor([4 ** e for e in down], dtype=torch.int64)))
     candidates = torch.cat(parts, dim=2)                       # [n, k, m]
     return (candidates * ind.unsqueeze(1)).sum(2)
 
 
-def _pow2(ind):
+def _pow2(ind, exps: tuple[int, ...]):
     """2^e(i) [n] as a shared value (exact: a public power of two times a 0/1 indicator)."""
-    return (ind * torch.tensor([2.0 ** e for e in POW4], dtype=torch.float64)).sum(1)
+    return (ind * torch.tensor([2.0 ** e for e in exps], dtype=torch.float64)).sum(1)
 
 
 def transferability_shared(now, start, mode: str = "paper", precision_bits: int = 16):
@@ -92,10 +95,12 @@ def transferability_shared(now, start, mode: str = "paper", precision_bits: int 
 
     Row t of Eq. 5 is computed times ||θ'_t − θ_t|| (the normalisation cancels any positive factor of a
     row): d_ts = ⟨θ'_t − θ_t, θ'_s − θ_t⟩ by one Beaver matmul, and in code mode the diagonal
-    ||θ'_t|| · ||θ'_t − θ_t|| by CrypTen's sqrt of their squared product, scaled into [1, 4) by a secure
-    power of 4. Then the clip (relu, a secure comparison) and the row normalisation by CrypTen's
-    reciprocal of the row sum, scaled into [1, 4) the same way; a row summing below 4^-8 = 2^-16 (no
-    change at fixed-point resolution) becomes the identity row, as an all-zero row does in the clear."""
+    ||θ'_t|| · ||θ'_t − θ_t|| by CrypTen's sqrt of each square, scaled into [1, 4) by a secure power of 4
+    (never their product: CrypTen's truncation fails with probability about |x|·2^(2p-64) on a product x,
+    so no intermediate is made larger than the norms themselves). Then the clip (relu, a secure comparison) and the row normalisation by CrypTen's
+    reciprocal of the row sum, scaled into [1, 4) the same way; a row summing below 4^-4 = 2^-8 (in paper
+    mode ||θ'_t − θ_t|| < 1/16: no change beyond the fixed-point noise) becomes the identity row, as an
+    all-zero row does in the clear."""
     T = now.size(0)
     idx = torch.arange(T)
     if torch.is_tensor(start):
@@ -113,13 +118,15 @@ def transferability_shared(now, start, mode: str = "paper", precision_bits: int 
         start_sq = g[T + idx, T + idx]
     if mode == "code":
         sq = d[idx, idx]                                              # ||θ'_t − θ_t||²
-        product = (sq + base * 2 + start_sq) * sq                     # ||θ'_t||² · ||θ'_t − θ_t||²
-        ind, _ = _exponent(product, precision_bits)
-        d[idx, idx] = _times_pow4(product.unsqueeze(1), ind).squeeze(1).sqrt() * _pow2(ind)
+        squares = torch.cat([sq + base * 2 + start_sq, sq])           # ||θ'_t||², ||θ'_t − θ_t||² [2T]
+        ind, _ = _exponent(squares, DIAGONAL_POW4, precision_bits)
+        roots = (_times_pow4(squares.unsqueeze(1), ind, DIAGONAL_POW4).squeeze(1).sqrt()
+                 * _pow2(ind, DIAGONAL_POW4))                         # ||θ'_t||, ||θ'_t − θ_t||
+        d[idx, idx] = roots[:T] * roots[T:]
     tau = d.relu()
     rows = tau.sum(1)
-    ind, empty = _exponent(rows, precision_bits)
-    tau = _times_pow4(tau, ind)                                       # rows now sum to [1, 4), or 0 if empty
+    ind, empty = _exponent(rows, ROW_POW4, precision_bits)
+    tau = _times_pow4(tau, ind, ROW_POW4)                             # rows now sum to [1, 4), or 0 if empty
     out = tau * (tau.sum(1) + empty).reciprocal().unsqueeze(1)
     out[idx, idx] = out[idx, idx] + empty
     return out

@@ -29,8 +29,8 @@ class FedGPLParams:
     batch_size: int = 16             # sample graphs per split step ([C])
     mu: float = 0.01                 # FedProx's proximal weight (fed=fedprox)
     hidta_mode: str = "paper"        # paper: Eqs. 5-7 with the client factors of Eq. 6; code: the authors' task-level form
-    tau_in: str = "clear"            # where HiDTA's τ is computed: clear (the server, from the revealed task models) or
-                                     # crypten (on secret shares; the server learns τ only; needs --protocol crypten)
+    tau_in: str = "clear"            # where HiDTA's τ is computed: clear (the server, from the opened task models)
+                                     # or crypten (on secret shares: the server learns τ only; --protocol crypten)
     dim: int = 100                   # SVD feature width d0 ([C])
     hidden: int = 100                # trunk width ([C])
     dropout: float = 0.5             # trunk dropout ([C])
