@@ -97,8 +97,9 @@ def transferability_shared(now, start, mode: str = "paper", precision_bits: int 
     row): d_ts = ⟨θ'_t − θ_t, θ'_s − θ_t⟩ by one Beaver matmul, and in code mode the diagonal
     ||θ'_t|| · ||θ'_t − θ_t|| by CrypTen's sqrt of each square, scaled into [1, 4) by a secure power of 4
     (never their product: CrypTen's truncation fails with probability about |x|·2^(2p-64) on a product x,
-    so no intermediate is made larger than the norms themselves). Then the clip (relu, a secure comparison) and the row normalisation by CrypTen's
-    reciprocal of the row sum, scaled into [1, 4) the same way; a row summing below 4^-4 = 2^-8 (in paper
+    so no intermediate is made larger than the norms themselves). Then the clip (relu, a secure
+    comparison) and the row normalisation by CrypTen's reciprocal of the row sum, scaled into [1, 4) the
+    same way; a row summing below 4^-4 = 2^-8 (in paper
     mode ||θ'_t − θ_t|| < 1/16: no change beyond the fixed-point noise) becomes the identity row, as an
     all-zero row does in the clear."""
     T = now.size(0)
