@@ -17,9 +17,12 @@ top-1 accuracy (baseline 1/N) and AUC of the true node's similarity against ever
 Sample level: the mean of each sample graph's M1 rows (grouped by M1's batch vector, sent in the
 clear) is the direction of the sample's mean prompted feature; averaging a sample's ~50-150 rows
 shrinks per-row DP noise (whether enough to beat the baseline is measured, not assumed). Scored per sample
-by |cosine| to the mean true features of the sample's rows (baseline: the population mean). This
-is also what M2 (H, one row per sample) summarises; M2 and M4 are computed by the server from M1
-(and M3), so, by post-processing, a decoder on them cannot learn more than M1 and M3 give.
+by |cosine| to the mean true features of the sample's rows (baseline: the population mean), and by
+re-identification among the round's samples (`sample_reid_top1`, `sample_reid_auc`: the sample's own
+mean against the other samples' means; baselines 1/S, 0.5), which discounts the direction all
+samples share. This is also what M2 (H, one row per sample) summarises; M2 and M4 are computed by
+the server from M1 (and M3), so, by post-processing, a decoder on them cannot learn more than M1 and
+M3 give (`split-decoder` is that decoder, for an observer of the downlink alone).
 """
 from __future__ import annotations
 
@@ -115,26 +118,60 @@ class SplitFeatures(Attack):
 
     def score(self, rec: dict, truth: dict, aux: FeatureAux) -> tuple[dict, dict]:
         true = truth[rec["round"]]
-        feats = true["features"][rec["rows"]]
-        real = feats.norm(dim=1) > 0                        # rows that came from a real node
-        cos = (rec["features"][real] * _unit(feats[real])).sum(1).abs()       # a direction, up to sign
-        base = (_unit(aux.prior_mean) * _unit(feats[real])).sum(1).abs()
-        metrics = {"round": rec["round"], "rows_scored": int(real.sum()), "cosine": float(cos.mean())}
-        baseline = {"cosine": float(base.mean()), "kind": "the population mean feature vector"}
+        ids = true["node_ids"][rec["rows"]] if true["node_ids"] is not None else None
+        metrics, baseline = score_rows(rec["features"], true["features"][rec["rows"]], aux.prior_mean,
+                                       rec["similarity"], ids)
         # sample level: every row of the round, the real ones averaged per sample
-        all_real = true["features"].norm(dim=1) > 0
-        target = _unit(_sample_means(true["features"][all_real], rec["samples"][all_real],
-                                     len(rec["sample_features"])))
-        present = target.norm(dim=1) > 0
-        metrics["sample_cosine"] = float((rec["sample_features"][present] * target[present]).sum(1).abs().mean())
-        baseline["sample_cosine"] = float((_unit(aux.prior_mean) * target[present]).sum(1).abs().mean())
-        if true["node_ids"] is not None:
-            ids = true["node_ids"][rec["rows"]][real]
-            sims = rec["similarity"][real]
-            own = sims.gather(1, ids.unsqueeze(1))
-            n = sims.shape[1]
-            metrics["reid_top1"] = float((sims.argmax(1) == ids).double().mean())
-            metrics["reid_auc"] = float(((sims < own).sum(1).double() / (n - 1)).mean())
-            baseline.update(reid_top1=1.0 / n, reid_auc=0.5)
-        return metrics, baseline
+        cos, base = score_samples(rec["sample_features"], true["features"], rec["samples"], aux.prior_mean)
+        top1, auc, n = sample_reid(rec["sample_features"], true["features"], rec["samples"])
+        return ({"round": rec["round"], **metrics, "sample_cosine": cos, "sample_reid_top1": top1,
+                 "sample_reid_auc": auc},
+                {**baseline, "sample_cosine": base, "sample_reid_top1": 1.0 / n, "sample_reid_auc": 0.5})
 
+
+def score_rows(rows: torch.Tensor, true: torch.Tensor, prior_mean: torch.Tensor, similarity: torch.Tensor | None = None,
+               ids: torch.Tensor | None = None) -> tuple[dict, dict]:
+    """Per-row scores of unit reconstructions `rows` [R, d] against the true features `true` [R, d]
+    (rows of zeros: made by the prompt, not scored): mean |cosine| (baseline: the population mean's),
+    and, given `similarity` [R, N] to a dictionary and the true rows' dictionary `ids` [R],
+    re-identification top-1 (baseline 1/N) and AUC of the true entry against every other (baseline 0.5)."""
+    real = true.norm(dim=1) > 0                        # rows that came from a real node
+    cos = (rows[real] * _unit(true[real])).sum(1).abs()       # a direction, up to sign
+    base = (_unit(prior_mean) * _unit(true[real])).sum(1).abs()
+    metrics = {"rows_scored": int(real.sum()), "cosine": float(cos.mean())}
+    baseline = {"cosine": float(base.mean()), "kind": "the population mean feature vector"}
+    if ids is not None and similarity is not None:
+        sims = similarity[real]
+        ids = ids[real]
+        own = sims.gather(1, ids.unsqueeze(1))
+        n = sims.shape[1]
+        metrics["reid_top1"] = float((sims.argmax(1) == ids).double().mean())
+        metrics["reid_auc"] = float(((sims < own).sum(1).double() / (n - 1)).mean())
+        baseline.update(reid_top1=1.0 / n, reid_auc=0.5)
+    return metrics, baseline
+
+
+def score_samples(sample_rows: torch.Tensor, true: torch.Tensor, samples: torch.Tensor,
+                  prior_mean: torch.Tensor) -> tuple[float, float]:
+    """(mean |cosine|, its population-mean baseline) of unit per-sample reconstructions [S, d] against
+    each sample's mean true features: the mean of its real rows of `true` [R, d], grouped by the
+    sample index per row `samples` [R]; samples without a real row are not scored."""
+    real = true.norm(dim=1) > 0
+    target = _unit(_sample_means(true[real], samples[real], len(sample_rows)))
+    present = target.norm(dim=1) > 0
+    return (float((sample_rows[present] * target[present]).sum(1).abs().mean()),
+            float((_unit(prior_mean) * target[present]).sum(1).abs().mean()))
+
+
+def sample_reid(decoded: torch.Tensor, true: torch.Tensor, samples: torch.Tensor) -> tuple[float, float, int]:
+    """Each decoded sample [S, d] matched by |cosine| against the mean true features of every sample of
+    the round: (top-1 accuracy, AUC of its own sample against the others, the samples scored); what is
+    specific to a sample, beyond the direction all samples share (baselines 1/S, 0.5)."""
+    real = true.norm(dim=1) > 0
+    target = _unit(_sample_means(true[real], samples[real], len(decoded)))
+    present = target.norm(dim=1) > 0
+    sims = (decoded[present] @ target[present].T).abs()
+    n = sims.shape[0]
+    own = sims.diagonal().unsqueeze(1)
+    top1 = float((sims.argmax(1) == torch.arange(n)).double().mean())
+    return top1, float(((sims < own).sum(1).double() / max(n - 1, 1)).mean()), n

@@ -211,6 +211,7 @@ def run_fedgpl(setup: Setup) -> None:
                                        seed=m.seed, progress=m.progress)
         setup.extras["fedgpl_pretrain"] = {k: v for k, v in info.items() if k != "losses"}
     server = SplitServer(trunk, None if p.freeze_trunk else torch.optim.Adam(trunk.parameters(), lr=p.lr_trunk))
+    setup.extras["fedgpl_trunk"] = trunk  # the server's own model: an attack on the server's side may declare it
     if p.freeze_trunk:
         trunk.requires_grad_(False)
     # clients: one common initial prompt and head (the server's broadcast of θ^(0))
