@@ -12,6 +12,7 @@ from attacks.he_key_recovery import HEKeyRecovery
 from attacks.label_inference import LabelInference
 from attacks.method_uploads import for_method
 from attacks.participation import Participation
+from attacks.split_decoder import SplitDecoder
 from attacks.split_features import SplitFeatures
 from attacks.split_labels import SplitLabels
 from attacks.split_topology import SplitTopology
@@ -23,7 +24,7 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery,
                                     "dp-noise-removal": DPNoiseRemoval, "participation": Participation,
                                     "split-features": SplitFeatures, "split-labels": SplitLabels,
-                                    "split-topology": SplitTopology}
+                                    "split-topology": SplitTopology, "split-decoder": SplitDecoder}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -88,7 +89,8 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "he-key-recovery": ("key_fraction", "uploads_recovered", "cosine", "max_abs_error"),
              "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds"),
              "split-features": ("cosine", "reid_top1", "reid_auc", "sample_cosine"), "split-labels": ("ari", "label_acc"),
-             "split-topology": ("edges_received", "row_share", "edge_share")}
+             "split-topology": ("edges_received", "row_share", "edge_share"),
+             "split-decoder": ("sample_cosine", "sample_reid_auc", "cosine", "reid_top1", "reid_auc", "public_cosine")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:
@@ -107,6 +109,8 @@ def _headline(f: dict) -> list[tuple[str, object, object]]:
             permuted = b.get("words_permuted", {}).get(key)
             if permuted is not None and base is not None:  # both nulls of an unordered reconstruction
                 base = f"{base:.3f}, words permuted {permuted:.3f}"
+            if b.get(f"{key}_aux") is not None and base is not None:  # and the best answer from the aux alone
+                base = f"{base:.3f}, aux alone {b[f'{key}_aux']:.3f}"
             rows.append((key, m[key], base))
     return rows
 
