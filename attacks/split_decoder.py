@@ -251,7 +251,8 @@ def _batches(aux: DecoderAux, gen: torch.Generator):
 
 def _prompt(aux: DecoderAux, kind: str, dim: int, settings: dict, x_std: float, gen: torch.Generator) -> nn.Module:
     """A stand-in for the client's prompt: the initial θ^(0) with every parameter moved by relative noise of a
-    size drawn from [0, jitter] (prompt=initial), or a fresh random initialisation (prompt=random)."""
+    size drawn from [0, jitter] (prompt=initial), a fresh random initialisation (prompt=random), or either
+    with probability 1/2 (prompt=mixed)."""
     random = aux.prompt_seed is None or float(torch.rand(1, generator=gen)) < aux.random_share
     seed = int(torch.randint(2 ** 31 - 1, (1,), generator=gen)) if random else aux.prompt_seed
     prompt = make_prompt(kind, dim, seed, **settings)
@@ -267,13 +268,13 @@ def _prompt(aux: DecoderAux, kind: str, dim: int, settings: dict, x_std: float, 
 
 
 def simulate(aux: DecoderAux, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training pairs (decoder input, target features) from the public graphs through a random prompt,
+    """Training pairs (decoder input, target features) from the public graphs through a stand-in prompt,
     the public noise and the trunk (training mode, as the server runs it)."""
     kind = aux.prompt["kind"]
     settings = {k: v for k, v in aux.prompt.items() if k != "kind"}
     dim = settings.pop("dim")
     noise = aux.noise.get
-    records = []  # (H [B, h] as the client received it, y [B], x̃ [ñ] sent, edges, batch, kept clean rows [ñ, d])
+    records = []  # (x̃ [ñ, d] as sent in M1, its edges, batch vector, labels [B], B, its rows' clean features)
     for x, edges, batch, y, B in _batches(aux, gen):
         prompt = _prompt(aux, kind, dim, settings, float(x.std()), gen)
         with torch.no_grad():

@@ -137,7 +137,8 @@ def test_the_attack_reads_only_the_downlink_and_its_declared_aux(clear, message,
     (view, aux), = spy.received
     # the aux: copies only, no client's sample graph, no object of the run
     samples = setup.extras["fedgpl_samples"]
-    private = {t.untyped_storage().data_ptr() for s in samples for g in s.graphs for t in (g.x, g.edge_index, g.node_ids)}
+    private = {t.untyped_storage().data_ptr() for s in samples for g in s.graphs
+               for t in (g.x, g.edge_index, g.node_ids)}
     server_trunk = setup.extras["fedgpl_trunk"]
     shared = {p.untyped_storage().data_ptr() for p in server_trunk.parameters()}
     for o in _reachable([view, aux]):
