@@ -10,6 +10,7 @@ from privfgl.federation import SERVER
 from privfgl.methods.fedspray import FedSprayClients, server_update
 from privfgl.methods.fedspray_model import embed, head, init_encoder, initial_proxies
 from privfgl.methods.fedspray_params import resolve_params
+from tests.view_checks import class_rates, holds
 
 
 @pytest.fixture(autouse=True)
@@ -28,23 +29,6 @@ def fedspray(data, rounds=3, protocol="plain", clients=5, partition="louvain+", 
                     split=(0.4, 0.3, 0.3), seed=0, protocol=protocol, model=model, method_params=params,
                     progress=False, transcript=transcript)
     return run(cfg, data=data)
-
-
-def label_fractions(setup) -> list[torch.Tensor]:
-    out = []
-    for c in setup.clients:
-        counts = torch.bincount(c.y[c.train_mask], minlength=setup.num_classes).double()
-        out.append(counts / counts.sum())
-    return out
-
-
-def holds(tensors: dict, vector: torch.Tensor) -> bool:
-    """Does any observed tensor contain `vector` (up to float noise) as a row or as itself?"""
-    for t in tensors.values():
-        t = t.double().reshape(-1, t.shape[-1]) if t.dim() else t.double().reshape(1, 1)
-        if t.shape[-1] == vector.numel() and bool(torch.isclose(t, vector, atol=1e-6).all(-1).any()):
-            return True
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +248,7 @@ def test_the_authors_code_choices_run(sbm):
 def test_under_plain_the_server_sees_every_clients_label_distribution(plain_run):
     _, setup = plain_run
     observed = [m.tensors for m in setup.federation.transcript.view(SERVER) if m.tensors]
-    for k, fractions in enumerate(label_fractions(setup)):
+    for k, fractions in enumerate(class_rates(setup)):
         assert any(holds(t, fractions) for t in observed), f"client {k}'s label fractions not in the plain view"
 
 
@@ -280,11 +264,11 @@ def test_under_a_secure_protocol_the_server_sees_no_clients_label_fractions_and_
     # under ckks the key holder's decrypted sum arrives as ":reveal"; it is the sum itself, nothing more
     assert {m.name for m in server if m.tensors} <= {"encoder_update:sum", "proxy_update:sum", "global_encoder",
                                                      "encoder_update:reveal", "proxy_update:reveal"}
-    for k, fractions in enumerate(label_fractions(setup)):
+    for k, fractions in enumerate(class_rates(setup)):
         assert not any(holds(t, fractions) for t in observed), f"client {k}'s label fractions leak under {protocol}"
     # what is revealed is the sum over clients of the fractions, equal to plain's
     revealed = setup.federation.transcript.view(SERVER, name="proxy_update:sum")[-1].tensors["weight"]
-    assert torch.allclose(revealed, sum(label_fractions(setup)), atol=1e-4)
+    assert torch.allclose(revealed, sum(class_rates(setup)), atol=1e-4)
     assert abs(secure["metrics"]["test_acc"] - plain["metrics"]["test_acc"]) <= 0.005
     assert abs(secure["metrics"]["minority_acc"] - plain["metrics"]["minority_acc"]) <= 0.005
 

@@ -8,20 +8,9 @@ import pytest
 import torch
 
 from attacks import parse_attack, run_attacks
-from privfgl.data import contextual_sbm
 from privfgl.experiment import ConfigError, RunConfig, run
 
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-@pytest.fixture(scope="module")
-def graph():
-    return contextual_sbm(num_nodes=400, num_classes=3, num_features=32, homophily=0.85, seed=0)
 
 
 def fedgpl(graph, dp: str | None = None, rounds: int = 2, **params):

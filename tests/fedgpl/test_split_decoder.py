@@ -14,22 +14,11 @@ import torch
 from attacks import AdversaryView, adversary_view, parse_attack, public_knowledge, run_attacks
 from attacks.base import NoInput
 from attacks.split_decoder import SplitDecoder, simulate
-from privfgl.data import contextual_sbm
 from privfgl.experiment import RunConfig, run
 from privfgl.methods.fedgpl.split import M2, M4
 
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
 CLIENTS = 3
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-@pytest.fixture(scope="module")
-def graph():
-    return contextual_sbm(num_nodes=400, num_classes=3, num_features=32, homophily=0.85, seed=0)
 
 
 def fedgpl(graph, dp: str | None = None):

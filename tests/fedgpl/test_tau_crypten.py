@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from privfgl.cli import main
-from privfgl.data import contextual_sbm
 from privfgl.experiment import ConfigError, RunConfig, run
 from privfgl.federation import SERVER, Federation
 from privfgl.methods.fedgpl import hidta
@@ -17,16 +16,6 @@ from protocols.crypten_backend import secure_compute
 
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
 TOLERANCE = 1e-2  # measured max |τ̂ crypten − τ̂ clear| below 4e-3 on these cases (docs/fedgpl.md)
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-@pytest.fixture(scope="module")
-def graph():
-    return contextual_sbm(num_nodes=400, num_classes=3, num_features=32, homophily=0.85, seed=0)
 
 
 def task_models(scale_theta: float, scale_delta: float, seed: int = 0, T: int = 3, P: int = 200):

@@ -11,6 +11,7 @@ from privfgl.methods.fedlog.client import FedLoGClient, initial_synthetic
 from privfgl.methods.fedlog.generator import NeighbourGenerator, flat_params
 from privfgl.methods.fedlog.model import PrototypeInteraction, gate, mix
 from privfgl.methods.fedlog.params import resolve_params
+from tests.view_checks import class_rates, holds
 
 SMALL = {"s": 4, "hidden": 32, "embed_dim": 16, "generator_epochs": 3, "generator_gnns": 2,
          "generator_hidden": "32", "batch_size": 128, "lr": 0.01, "lr_synthetic": 0.01}
@@ -38,23 +39,6 @@ def fedlog(data, rounds=3, protocol="plain", clients=3, transcript="all", seed=0
 @pytest.fixture(scope="module")
 def plain_run(sbm):
     return fedlog(sbm)
-
-
-def class_rates(setup) -> list[torch.Tensor]:
-    out = []
-    for c in setup.clients:
-        counts = torch.bincount(c.y[c.train_mask], minlength=setup.num_classes).double()
-        out.append(counts / counts.sum())
-    return out
-
-
-def holds(tensors: dict, vector: torch.Tensor) -> bool:
-    """Does any observed tensor contain `vector` (up to float noise) as a row or as itself?"""
-    for t in tensors.values():
-        t = t.double().reshape(-1, t.shape[-1]) if t.dim() else t.double().reshape(1, 1)
-        if t.shape[-1] == vector.numel() and bool(torch.isclose(t, vector, atol=1e-6).all(-1).any()):
-            return True
-    return False
 
 
 # ---- the model ----------------------------------------------------------------------------------
