@@ -212,3 +212,12 @@ def test_defaults_are_the_authors_code_and_preset_paper_takes_the_papers_equatio
     assert (paper.classifier, paper.mixture, paper.weighting, paper.warmup_epochs) == ("paper", "prob", "train_nodes", 0)
     record, _ = fedlog(sbm, rounds=2, transcript="none", preset="paper")
     assert record["metrics"]["test_acc"] > 0.3
+
+
+def test_a_run_is_the_same_whether_the_generators_come_from_the_cache_or_not(sbm, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path))
+    miss, _ = fedlog(sbm, rounds=2, transcript="none")
+    hit, _ = fedlog(sbm, rounds=2, transcript="none")
+    assert {g["cache"] for g in miss["metrics"]["fedlog"]["generators"]} == {"miss"}
+    assert {g["cache"] for g in hit["metrics"]["fedlog"]["generators"]} == {"hit"}
+    assert miss["metrics"]["curve"] == hit["metrics"]["curve"]

@@ -46,9 +46,11 @@ class NeighbourGenerator(nn.Module):
 
 
 def new_generator(dim: int, p: FedLoGParams, seed: int) -> NeighbourGenerator:
-    """Every client starts from the same generator (a server-broadcast seed; spec A.12.6)."""
-    torch.manual_seed(seed)
-    return NeighbourGenerator(dim, generator_widths(p), p.generator_dropout)
+    """Every client starts from the same generator (a server-broadcast seed; spec A.12.6). The
+    global RNG is left as it was."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return NeighbourGenerator(dim, generator_widths(p), p.generator_dropout)
 
 
 def flat_params(module: nn.Module) -> torch.Tensor:
@@ -74,7 +76,14 @@ def _loss(net: nn.Module, x: torch.Tensor, edge_index: torch.Tensor, rows: torch
 
 def pretrain_generator(x: torch.Tensor, edge_index: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor,
                        num_classes: int, p: FedLoGParams, seed: int) -> tuple[torch.Tensor, dict]:
-    """Client-side: NG_k's flat weights after P epochs of L_NG, and {"losses": [L_feat, L_grad] per epoch}."""
+    """Client-side: NG_k's flat weights after P epochs of L_NG, and {"losses": [L_feat, L_grad] per epoch}.
+    Its randomness (random nets, dropout) is seeded here and the global RNG is left as it was, so a
+    run is the same whether the generator came from the cache or not."""
+    with torch.random.fork_rng():
+        return _pretrain(x, edge_index, y, train_mask, num_classes, p, seed)
+
+
+def _pretrain(x, edge_index, y, train_mask, num_classes: int, p: FedLoGParams, seed: int) -> tuple[torch.Tensor, dict]:
     n = x.shape[0]
     gen = new_generator(x.shape[1], p, seed)
     train = train_mask.nonzero().view(-1)
