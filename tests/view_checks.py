@@ -1,4 +1,6 @@
 """Checks on what a party's view holds, shared by the methods' privacy tests."""
+import gc
+
 import torch
 
 
@@ -18,3 +20,15 @@ def holds(tensors: dict, vector: torch.Tensor) -> bool:
         if t.shape[-1] == vector.numel() and bool(torch.isclose(t, vector, atol=1e-6).all(-1).any()):
             return True
     return False
+
+
+def reachable(roots, limit: int = 200_000):
+    """Every object reachable from `roots` (up to `limit`): what an attack could touch from its inputs."""
+    seen, stack = {}, list(roots)
+    while stack and len(seen) < limit:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, type):
+            continue
+        seen[id(o)] = o
+        stack.extend(gc.get_referents(o))
+    return seen.values()

@@ -2,7 +2,6 @@
 per-client attacks without input; attacks see only the adversary's view and the declared aux."""
 from __future__ import annotations
 
-import gc
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
 
 from attack_cases import fedavg_config
+from tests.view_checks import reachable
 
 
 def findings(setup, cfg, *specs):
@@ -134,24 +134,13 @@ class Spy(Attack):
         raise AssertionError("never reached")
 
 
-def _reachable(roots, limit: int = 200_000):
-    seen, stack = {}, list(roots)
-    while stack and len(seen) < limit:
-        o = stack.pop()
-        if id(o) in seen or isinstance(o, type):
-            continue
-        seen[id(o)] = o
-        stack.extend(gc.get_referents(o))
-    return seen.values()
-
-
 def test_attacks_reach_neither_ground_truth_nor_private_state(plain_fedavg):
     cfg, setup = plain_fedavg
     spy = Spy()
     run_attacks(setup, cfg, [spy])
     (view, aux), = spy.received
     private = {t.untyped_storage().data_ptr() for c in setup.clients for t in (c.x, c.y, c.edge_index, c.train_mask)}
-    for o in _reachable([view, aux]):
+    for o in reachable([view, aux]):
         assert not isinstance(o, (Data, LocalTrainers)) and o is not setup and o is not setup.federation
         if isinstance(o, torch.Tensor):
             assert o.untyped_storage().data_ptr() not in private, "a tensor shares memory with a client's data"

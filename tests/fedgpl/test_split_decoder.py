@@ -5,7 +5,6 @@ noise on M1 it falls to its baselines; on a noised run it does not beat the M1 a
 (post-processing); and it reads nothing but the downlink messages and its declared aux."""
 from __future__ import annotations
 
-import gc
 from dataclasses import replace
 
 import pytest
@@ -16,6 +15,7 @@ from attacks.base import NoInput
 from attacks.split_decoder import SplitDecoder, simulate
 from privfgl.experiment import RunConfig, run
 from privfgl.methods.fedgpl.split import M2, M4
+from tests.view_checks import reachable
 
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
 CLIENTS = 3
@@ -107,17 +107,6 @@ class Spy(SplitDecoder):
         return super().attack(view, aux)
 
 
-def _reachable(roots, limit: int = 200_000):
-    seen, stack = {}, list(roots)
-    while stack and len(seen) < limit:
-        o = stack.pop()
-        if id(o) in seen or isinstance(o, type):
-            continue
-        seen[id(o)] = o
-        stack.extend(gc.get_referents(o))
-    return seen.values()
-
-
 @pytest.mark.parametrize("message, name", [("m2", M2), ("m4", M4)])
 def test_the_attack_reads_only_the_downlink_and_its_declared_aux(clear, message, name):
     cfg, setup = clear
@@ -130,7 +119,7 @@ def test_the_attack_reads_only_the_downlink_and_its_declared_aux(clear, message,
                for t in (g.x, g.edge_index, g.node_ids)}
     server_trunk = setup.extras["fedgpl_trunk"]
     shared = {p.untyped_storage().data_ptr() for p in server_trunk.parameters()}
-    for o in _reachable([view, aux]):
+    for o in reachable([view, aux]):
         assert o is not setup and o is not setup.federation and o is not server_trunk and o is not samples
         if isinstance(o, torch.Tensor):
             assert o.untyped_storage().data_ptr() not in private | shared, "a tensor shares memory with the run"
