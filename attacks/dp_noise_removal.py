@@ -38,9 +38,9 @@ from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
 from privfgl.federation.messages import Message
-from privfgl.methods import opfgl_dp
+from privfgl.methods.opfgl import dp as opfgl_dp
 from privfgl.methods.dp_fedavg import dp_fedavg_params
-from privfgl.methods.opfgl_params import resolve_params as opfgl_params
+from privfgl.methods.opfgl.params import resolve_params as opfgl_params
 from privfgl.privacy.message_dp import Layout
 from privfgl.privacy.noise import NoiseSource
 from privfgl.privacy.spec import DPSpec, check_dp_for_run

@@ -149,7 +149,7 @@ class FedSprayEncoderInversion(Attack):
         return [f"client{k}" for k in clients] + [f"aggregate:client{k}" for k in clients]
 
     def declare_aux(self, setup, knowledge, target):
-        from privfgl.methods.fedspray_params import resolve_params
+        from privfgl.methods.fedspray.params import resolve_params
         return SprayAux(target, self.round, knowledge, resolve_params(setup.method.params).proxy_weights)
 
     def attack(self, view: AdversaryView, aux: SprayAux) -> SprayReconstruction:
@@ -250,7 +250,7 @@ class FedOMDUpdateInversion(Attack):
         return [f"client{k}" for k in clients] + [f"aggregate:client{k}" for k in clients]
 
     def declare_aux(self, setup, knowledge, target):
-        from privfgl.methods.fedomd_params import resolve_params
+        from privfgl.methods.fedomd.params import resolve_params
         p = resolve_params(setup.method.params)
         return OMDAux(target, self.round, knowledge, p.lr, p.weight_decay, p.optimizer, p.local_steps)
 

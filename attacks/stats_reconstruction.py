@@ -80,8 +80,8 @@ class StatsReconstruction(Attack):
         return ClassEstimates(n, estimate_members(n, stats["S1"]))
 
     def truth(self, setup, target: str) -> ClassMembers:
-        from privfgl.methods.opfgl_params import resolve_params
-        from privfgl.methods.opfgl_stats import client_statistics, propagate_features
+        from privfgl.methods.opfgl.params import resolve_params
+        from privfgl.methods.opfgl.stats import client_statistics, propagate_features
         p = resolve_params(setup.method.params)
         ks = range(len(setup.clients)) if target == "aggregate" else [client_index(target)]
         rows: list[list[torch.Tensor]] = [[] for _ in range(setup.num_classes)]

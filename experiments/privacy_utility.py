@@ -10,7 +10,7 @@ evaluation mode (local_model: a client's model after its local training, the def
 global_model: the DP global model itself).
 
 DP O-pFGL: the `cora-louvain+` preset with partition seed 42 (as experiments/reproduce_opfgl.py)
-and `dp_epsilon=ε, dp_clip=B, dp_degree=D` (privfgl/methods/opfgl_dp.py: rows clipped to B,
+and `dp_epsilon=ε, dp_clip=B, dp_degree=D` (privfgl/methods/opfgl/dp.py: rows clipped to B,
 degree bound D, one Gaussian release of (n, S1, S2), distributed noise under `--opfgl-protocol`
 ckks). Non-private O-pFGL under the same protocol is its reference. Its record has one
 evaluation (the personalised models after stage 2), reported as both accuracies.
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from privfgl.experiment import RunConfig, run
-from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED
+from privfgl.methods.opfgl.params import PRESET_PARTITION_SEED
 from privfgl.plots import Reference, Series, line_plot, mean_std_by, read_csv, tick_label
 from privfgl.privacy import noise_multiplier_for
 

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from privfgl.cli import _key_value  # noqa: E402
 from privfgl.experiment import RunConfig, run  # noqa: E402
-from privfgl.methods.fedomd_eval import SELECTION_TEXT  # noqa: E402
-from privfgl.methods.fedomd_params import FedOMDParams  # noqa: E402
+from privfgl.methods.fedomd.selection import SELECTION_TEXT  # noqa: E402
+from privfgl.methods.fedomd.params import FedOMDParams  # noqa: E402
 from privfgl.results import write_record  # noqa: E402
 
 # Paper Table 4, FedOMD, accuracy % (std): (dataset, M) -> (mean, std)

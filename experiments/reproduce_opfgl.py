@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from privfgl.experiment import RunConfig, run
-from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED, PRESETS
+from privfgl.methods.opfgl.params import PRESET_PARTITION_SEED, PRESETS
 
 # Paper Table (spec §4), Acc / F1 in %.
 PAPER = {

@@ -12,9 +12,9 @@ import protocols
 from privfgl.data import contextual_sbm, load_dataset
 from privfgl.experiment import ConfigError, RunConfig, run
 from privfgl.federation import SERVER, Federation, Transcript, client_name
-from privfgl.methods.fedomd import _server_mean
-from privfgl.methods.fedomd_cmd import global_statistics
-from privfgl.methods.fedspray import server_update
+from privfgl.methods.fedomd.run import _server_mean
+from privfgl.methods.fedomd.cmd import global_statistics
+from privfgl.methods.fedspray.run import server_update
 from privfgl.privacy import (DENOMINATORS, MessageDP, check_dp_for_run, gaussian_epsilon, guard_denominators,
                              parse_dp_spec)
 from privfgl.privacy.message_dp import floor_denominators

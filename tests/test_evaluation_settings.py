@@ -10,7 +10,7 @@ from privfgl.data import client_subgraphs, contextual_sbm, partition_nodes, spli
 from privfgl.data.settings import EvalSetting
 from privfgl.evaluation import RoundTracker
 from privfgl.experiment import RunConfig, partition_cache_dir, run
-from privfgl.methods.opfgl_personalize import LocalGraphs, to_pyg_names
+from privfgl.methods.opfgl.personalize import LocalGraphs, to_pyg_names
 from privfgl.models.stacked import BlockGraph, stacked_predict
 from privfgl.training import LoopedTrainers, ModelConfig, StackedTrainers, init_params
 from test_training import random_clients

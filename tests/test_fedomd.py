@@ -11,9 +11,9 @@ from privfgl.data import contextual_sbm
 from privfgl.data.splits import random_split, split_clients, stratified_split
 from privfgl.experiment import RunConfig, build_setup, effective_protocol_params, run
 from privfgl.federation import SERVER, client_name
-from privfgl.methods.fedomd import build_model, row_normalize
-from privfgl.methods.fedomd_cmd import cmd, cmd_layer, global_statistics, hidden_sums, moment_sums
-from privfgl.methods.fedomd_params import resolve_params
+from privfgl.methods.fedomd.run import build_model, row_normalize
+from privfgl.methods.fedomd.cmd import cmd, cmd_layer, global_statistics, hidden_sums, moment_sums
+from privfgl.methods.fedomd.params import resolve_params
 from privfgl.models.ortho_gcn import OrthoGCN, SparseFeatures, normalized_adjacency, oni, ortho_penalty
 
 FAST = {"patience": 0}
@@ -302,7 +302,7 @@ def test_select_val_loss_takes_the_round_with_the_lowest_pooled_validation_loss(
 
 
 def test_the_tracker_prefers_higher_validation_accuracy_then_lower_validation_loss(sbm):
-    from privfgl.methods.fedomd_eval import PartyMacroTracker
+    from privfgl.methods.fedomd.selection import PartyMacroTracker
     clients = [sbm.subgraph(torch.arange(0, 150)), sbm.subgraph(torch.arange(150, 300))]
     split_clients(clients, 0.1, 0.4, 0.4, seed=0, mode="random")
     good = [torch.nn.functional.one_hot(c.y, 3).float() for c in clients]  # right on every node
@@ -355,7 +355,7 @@ def test_on_cora_the_moment_sums_keep_their_digits_under_crypten_and_ckks(cora, 
     exact = sum(flats)
     big = exact.abs() > 1e-3
     assert bool(big.any())
-    from privfgl.methods.fedomd_params import PROTOCOL_DEFAULTS
+    from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS
     for name, params, relative in (("crypten", PROTOCOL_DEFAULTS["crypten"], 1e-6),
                                    ("ckks", PROTOCOL_DEFAULTS["ckks"], 1e-4)):
         with protocols.get_protocol(name, **params) as proto:

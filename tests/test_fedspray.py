@@ -7,9 +7,9 @@ import torch
 from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
-from privfgl.methods.fedspray import FedSprayClients, server_update
-from privfgl.methods.fedspray_model import embed, head, init_encoder, initial_proxies
-from privfgl.methods.fedspray_params import resolve_params
+from privfgl.methods.fedspray.run import FedSprayClients, server_update
+from privfgl.methods.fedspray.model import embed, head, init_encoder, initial_proxies
+from privfgl.methods.fedspray.params import resolve_params
 from tests.view_checks import class_rates, holds
 
 

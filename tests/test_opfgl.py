@@ -9,13 +9,13 @@ from privfgl.data import contextual_sbm
 import protocols
 from privfgl.experiment import RunConfig, build_setup, effective_protocol_params, run
 from privfgl.federation import SERVER, client_name
-from privfgl.methods import opfgl_dp
-from privfgl.methods.opfgl import _counts_protocol, to_grid
-from privfgl.methods.opfgl_condense import condense
-from privfgl.methods.opfgl_params import PRESET_PARTITION_SEED, PRESETS, resolve_params
+from privfgl.methods.opfgl import dp as opfgl_dp
+from privfgl.methods.opfgl.run import _counts_protocol, to_grid
+from privfgl.methods.opfgl.condense import condense
+from privfgl.methods.opfgl.params import PRESET_PARTITION_SEED, PRESETS, resolve_params
 from privfgl.privacy import gaussian_epsilon
 from privfgl.privacy.stats import ClassStatsRelease
-from privfgl.methods.opfgl_stats import (class_homophily, class_sums, client_statistics, degrees, distill_factor,
+from privfgl.methods.opfgl.stats import (class_homophily, class_sums, client_statistics, degrees, distill_factor,
                                          label_propagation, node_homophily, pooled_statistics, PooledStatistics,
                                          reliable_nodes)
 

@@ -10,9 +10,9 @@ from privfgl.data import client_subgraphs, contextual_sbm, partition_nodes, spli
 from privfgl.errors import ConfigError
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER, Federation, Transcript
-from privfgl.methods import opfgl_dp
+from privfgl.methods.opfgl import dp as opfgl_dp
 from privfgl.methods.dp_fedavg import NO_AMPLIFICATION, dp_fedavg_params
-from privfgl.methods.opfgl_params import resolve_params
+from privfgl.methods.opfgl.params import resolve_params
 from privfgl.privacy import MessageDP, gaussian_epsilon, parse_dp_spec
 
 K = 3

@@ -1,6 +1,6 @@
 """FedSpray (Fu et al., "Federated Graph Learning with Structure Proxy Alignment", KDD'24).
 Spec: ../shared/specs/fedspray_fedomd.md, part A; hyper-parameters and the authors' code choices
-(options) in fedspray_params.py; the stacked models in fedspray_model.py.
+(options) in params.py; the stacked models in model.py.
 
 Every client k keeps a personalised GNN f(θ^(k)) (gcn, sage or sgc; never uploaded) and trains a
 copy of the global feature-structure encoder g(ω): g_e (Linear + ReLU, x -> e ∈ R^{d_s}), g_c
@@ -42,9 +42,9 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from privfgl.methods.base import Setup
-from privfgl.methods.fedspray_model import (ENCODER, embed, head, init_encoder, init_gnn,
+from privfgl.methods.fedspray.model import (ENCODER, embed, head, init_encoder, init_gnn,
                                             initial_proxies, load_encoder, stack_encoder)
-from privfgl.methods.fedspray_params import BACKBONES, FedSprayParams, resolve_params
+from privfgl.methods.fedspray.params import BACKBONES, FedSprayParams, resolve_params
 from privfgl.models.stacked import BlockGraph, BlockGraphs, from_stacked, stacked_forward, stacked_predict
 from privfgl.privacy.message_dp import guard_denominators
 from privfgl.training import ModelConfig

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from privfgl.methods.opfgl_condense import PseudoGraph, gcn_norm_dense
+from privfgl.methods.opfgl.condense import PseudoGraph, gcn_norm_dense
 from privfgl.models.stacked import BlockGraph, FixedSparse, dropout as drop
 from privfgl.training import Params
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from privfgl.methods.opfgl_stats import PooledStatistics
+from privfgl.methods.opfgl.stats import PooledStatistics
 
 ADJ_CYCLE, ADJ_STEPS = 50, 10  # θ is updated on iterations it % 50 < 10 (authors' code)
 # The std is sqrt(max(var, STD_FLOOR)): where a class's target std is 0 (absent words), Adam pulls

@@ -31,8 +31,8 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 
-from privfgl.methods.opfgl_params import OPFGLParams
-from privfgl.methods.opfgl_stats import propagate_features
+from privfgl.methods.opfgl.params import OPFGLParams
+from privfgl.methods.opfgl.stats import propagate_features
 from privfgl.privacy.dpsgd import bound_degree, influence_count
 from privfgl.privacy.noise import OS, NoiseSource
 from privfgl.privacy.stats import BLOCKS, ClassStatsRelease, StatsReleaseReport, class_sums

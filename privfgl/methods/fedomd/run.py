@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 
 from privfgl.methods.base import Setup
-from privfgl.methods.fedomd_cmd import cmd, cmd_layer, global_statistics, hidden_sums, layer_scale, moment_sums
-from privfgl.methods.fedomd_eval import PartyMacroTracker
-from privfgl.methods.fedomd_params import FedOMDParams, resolve_params
+from privfgl.methods.fedomd.cmd import cmd, cmd_layer, global_statistics, hidden_sums, layer_scale, moment_sums
+from privfgl.methods.fedomd.selection import PartyMacroTracker
+from privfgl.methods.fedomd.params import FedOMDParams, resolve_params
 from privfgl.models.ortho_gcn import OrthoGCN, SparseFeatures, normalized_adjacency, ortho_penalty
 from privfgl.privacy.message_dp import guard_denominators
 

@@ -3,7 +3,7 @@ class statistics under secure aggregation, one download of a condensed pseudo-gr
 two-stage personalised training on every client. Spec: ../shared/specs/opfgl.md.
 
 One round:
-1. client k (own subgraph only; opfgl_stats): propagated features, label propagation, homophily,
+1. client k (own subgraph only; stats.py): propagated features, label propagation, homophily,
    HRE, and per-class sums n, b, S1 = Σx^prop, S2 = Σ(x^prop)², n_orig.
 2. upload through `Federation.aggregate`: "class_stats" {S1, S2} (float64 [C, (h+1)f]) through the
    run's protocol, "class_counts" {n, b, n_orig} (int64 [C]) through BFV preset "sum" (exact for
@@ -16,12 +16,12 @@ One round:
    condensation and early stopping amplify a 1e-12 relative change of the statistics into ±1
    accuracy point. With `dp_epsilon` set, the upload is instead one
    node-level DP release of {n, S1, S2} (opfgl_dp) and the record's privacy block reports ε, δ.
-3. server: μ, s² after the reveal (opfgl_stats.pooled_statistics), pseudo-graph condensation
-   (opfgl_condense), broadcast "pseudo_graph" {x, edge_index, edge_weight, y}.
+3. server: μ, s² after the reveal (stats.py.pooled_statistics), pseudo-graph condensation
+   (condense.py), broadcast "pseudo_graph" {x, edge_index, edge_weight, y}.
    `server_efficient=true` (paper A.5): the sums are opened by the clients only; every client
    runs the same condensation from the shared seed, and nothing is broadcast. [simulation] The
    shared-seed condensation is bitwise identical on every client, so it is computed once.
-4. clients (opfgl_personalize): stage 1 on the pseudo-graph, stage 2 fine-tuning with γ-weighted
+4. clients (personalize.py): stage 1 on the pseudo-graph, stage 2 fine-tuning with γ-weighted
    distillation, per-client early stopping on local validation accuracy.
 5. `setup.tracker.evaluate(0, logits, stage="stage2")` once, with each client's logits from its own
    best stage-2 check, so the record's test_acc is the paper's protocol (spec §4.1). On the
@@ -39,12 +39,12 @@ from __future__ import annotations
 import torch
 
 import protocols
-from privfgl.methods import opfgl_dp
+from privfgl.methods.opfgl import dp as opfgl_dp
 from privfgl.methods.base import Setup
-from privfgl.methods.opfgl_condense import PseudoGraph, condense
-from privfgl.methods.opfgl_params import OPFGLParams, resolve_params
-from privfgl.methods.opfgl_personalize import LocalGraphs, Schedule, from_pyg, stage1, stage2, to_pyg_names
-from privfgl.methods.opfgl_stats import ClientView, client_statistics, pooled_statistics, pseudo_class_sizes
+from privfgl.methods.opfgl.condense import PseudoGraph, condense
+from privfgl.methods.opfgl.params import OPFGLParams, resolve_params
+from privfgl.methods.opfgl.personalize import LocalGraphs, Schedule, from_pyg, stage1, stage2, to_pyg_names
+from privfgl.methods.opfgl.stats import ClientView, client_statistics, pooled_statistics, pseudo_class_sizes
 from privfgl.models.stacked import BlockGraph, stacked_predict
 from privfgl.training import ModelConfig, init_params
 

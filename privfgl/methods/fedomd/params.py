@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from privfgl.methods.params import bad_param, resolve
 
-from privfgl.methods.fedomd_cmd import NORMS, SCALES
-from privfgl.methods.fedomd_eval import SELECTIONS
+from privfgl.methods.fedomd.cmd import NORMS, SCALES
+from privfgl.methods.fedomd.selection import SELECTIONS
 
 STATS_NODES = ("all", "train")   # which nodes enter the moment statistics (B5 #5)
 WEIGHTS = ("nodes", "train")     # FedAvg weights λ_i ∝ |V_i| (B5 #8) or ∝ training nodes
@@ -69,13 +69,13 @@ class FedOMDParams:
     optimizer: str = "adam"
     local_steps: int = 1         # full-batch steps per round (communication interval 1)
     patience: int = 200          # early stopping after this many rounds without a better `select`; 0 = never stop
-    select: str = "val_acc"      # fedomd_eval.SELECTIONS: model selection and early stopping on the macro validation
+    select: str = "val_acc"      # selection.SELECTIONS: model selection and early stopping on the macro validation
                                  # accuracy (default) | the pooled validation loss ([11]'s criterion)
     stats_nodes: str = "all"     # see STATS_NODES
     weights: str = "nodes"       # see WEIGHTS
-    cmd_scale: str = "bound"     # fedomd_cmd.SCALES: bound (default: clamp to [0, cmd_bound], term j / b^j) | none (spec,
+    cmd_scale: str = "bound"     # cmd.SCALES: bound (default: clamp to [0, cmd_bound], term j / b^j) | none (spec,
                                  # b − a = 1) | std (global σ per unit) | rms (one σ per layer)
-    cmd_norm: str = "squared"    # fedomd_cmd.NORMS: squared (default, [inferred] deviation) | l2 (spec, unsquared)
+    cmd_norm: str = "squared"    # cmd.NORMS: squared (default, [inferred] deviation) | l2 (spec, unsquared)
     cmd_bound: float = 8.0       # public b of cmd_scale=bound ([a, b] = [0, 8]; chosen on validation, Cora M=3 seeds 0, 1)
     stats_mode: str = "train"    # see STATS_MODES
     features: str = "raw"        # see FEATURES
