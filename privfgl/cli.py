@@ -4,13 +4,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from privfgl.experiment import ConfigError, RunConfig
-from privfgl.methods import METHODS
+from privfgl.errors import ConfigError
 
-_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+if TYPE_CHECKING:
+    from privfgl.experiment import RunConfig
+
+# Start-up (issue #21): this module imports neither torch nor torch_geometric; a command imports what
+# it runs. The method names for --help, kept equal to privfgl.methods.METHODS by tests/test_startup.py.
+METHOD_NAMES = ("local", "fedavg", "fedprox", "opfgl", "dp-fedavg", "dp-sgd", "fedspray", "fedomd", "fedgpl",
+                "fedlog")
+
+
+def _run_fields() -> list[str]:
+    """RunConfig's field names (imports privfgl.experiment, so only when a command runs)."""
+    from privfgl.experiment import RunConfig
+    return [f.name for f in dataclasses.fields(RunConfig)]
 
 
 def _ratios(text: str) -> tuple[float, float, float]:
@@ -40,7 +54,7 @@ def _key_value(text: str) -> tuple[str, object]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privfgl run` (defaults None: unset options fall back to --config, then RunConfig)."""
     a = p.add_argument
-    a("--method", help=", ".join(METHODS))
+    a("--method", help=", ".join(METHOD_NAMES))
     a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset>")
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients), "
                           "tasks (fedgpl: induced sample graphs, a third of the clients per task level)")
@@ -95,11 +109,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """RunConfig defaults < --config file < command-line flags."""
+    """RunConfig defaults < the method's defaults < --config file < command-line flags."""
     values: dict = {}
     if args.config:
         values.update(_read_config(Path(args.config)))
-    for name in _FIELDS:
+    for name in _run_fields():
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
@@ -117,16 +131,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         values["download"] = False
     if args.no_progress:
         values["progress"] = False
-    unknown = sorted(set(values) - set(_FIELDS))
-    if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join(unknown)} in --config; valid: {', '.join(_FIELDS)}")
-    if "split" in values:
-        values["split"] = tuple(values["split"])
     if isinstance(values.get("evaluate"), str):
         values["evaluate"] = _settings(values["evaluate"])
-    elif isinstance(values.get("evaluate"), list):
-        values["evaluate"] = tuple(values["evaluate"])
-    return RunConfig(**values)
+    from privfgl.experiment import config_for
+    return config_for(values)
 
 
 def _read_config(path: Path) -> dict:
@@ -147,6 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
     cfg = config_from_args(args)
+    check_outputs(args)
     record, setup = run(cfg)
     if args.out:
         write_record(record, args.out)
@@ -167,6 +176,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     cfg = config_from_args(args)
+    check_outputs(args)
     if args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads
     record, setup = run(cfg)
@@ -179,6 +189,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.out:
         print(f"run record: {args.out}")
     return 0
+
+
+def check_writable(path: str | Path, flag: str, directory: bool = False) -> None:
+    """Raise ConfigError (one line) unless `path` can be written: a file (or, with `directory`, a
+    folder) whose parent exists or can be created and is writable. Checked before a run starts, so
+    a bad path never costs the run."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != directory:
+        raise ConfigError(f"{flag} {path}: is {'a folder' if path.is_dir() else 'a file'}; give a "
+                          f"{'folder' if directory else 'file path'}")
+    parent = path if directory else path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot create {parent} ({e.strerror or e})") from None
+    try:  # a probe file where the output's temp file will go (os.access is blind to root and mounts)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".privfgl-probe-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: {parent} is not writable ({e.strerror or e})") from None
+    if path.exists() and not directory and not os.access(path, os.W_OK):
+        raise ConfigError(f"{flag} {path}: the file is not writable")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --save-view, before the run."""
+    if args.out:
+        check_writable(args.out, "--out")
+    if args.save_view:
+        check_writable(args.save_view, "--save-view", directory=True)
 
 
 def _save_view(args: argparse.Namespace, setup, party: str = "server") -> None:
@@ -203,32 +243,84 @@ def _synthetic_names() -> list[str]:
     return [f"sbm-{n}" if not n.startswith("sbm") else n for n in (*SYNTHETIC_PRESETS, *CLIENT_PRESETS)]
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run a sweep's missing cells (resumable), then write its tables and plots."""
+    from privfgl.sweep import load_sweep
+    overrides = {}
+    if args.data_root:
+        overrides["data_root"] = args.data_root
+    if args.offline:
+        overrides["download"] = False
+    sweep = load_sweep(args.config, results=args.results, overrides=overrides, seeds=args.seeds)
+    return _sweep(sweep, args)
+
+
+def _sweep(sweep, args: argparse.Namespace) -> int:
+    from privfgl.sweep import check_cells, report, run_sweep
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: valid: an integer >= 1")
+    check_writable(sweep.results, "results folder", directory=True)
+    failures = []
+    if not args.table_only:
+        check_cells(sweep)
+        failures = run_sweep(sweep, jobs=args.jobs, progress=not args.no_progress)
+    table, files = report(sweep)
+    print(table)
+    for path in files:
+        print(f"written: {path}")
+    for line in failures:
+        print(f"privfgl: failed run: {line}", file=sys.stderr)
+    return 1 if failures else 0
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    """FedAvg vs Local on Cora (Louvain, 10 clients); falls back to a synthetic graph offline."""
+    """The privacy audit of `make run`: the sweep privfgl/sweep/quickstart.toml (FedAvg on Cora
+    under plain, CrypTen, CKKS and central DP, each attacked); the synthetic graph when offline."""
     from privfgl.data import DatasetUnavailable, load_dataset
-    from privfgl.experiment import run
-    from privfgl.results import format_table, write_record
-    out_dir = Path(args.out_dir)
+    from privfgl.sweep import load_sweep
+    overrides = {"data_root": args.data_root} if args.data_root else {}
     try:
-        data = load_dataset("cora", args.data_root, download=not args.offline)
+        load_dataset("cora", args.data_root, download=not args.offline)
     except DatasetUnavailable as e:
         reason = " ".join(str(e).split())
         print(f"Cora is not available ({reason}); running on the built-in synthetic graph 'sbm' instead.")
-        data = load_dataset("sbm")
-    records = []
-    for method in ("local", "fedavg"):
-        cfg = RunConfig(method=method, dataset=str(getattr(data, "name", "cora")), partition="louvain", clients=10,
-                        rounds=args.rounds, data_root=args.data_root, seed=args.seed)
-        record, _ = run(cfg, data=data)
-        records.append(record)
-        write_record(record, out_dir / f"quickstart-{method}.json")
-    print(format_table(records))
-    print(f"run records: {out_dir}/quickstart-*.json")
-    return 0
+        overrides["dataset"] = "sbm"
+    if args.offline:
+        overrides["download"] = False
+    if args.rounds is not None:
+        overrides["rounds"] = args.rounds
+    config = Path(__file__).parent / "sweep" / "quickstart.toml"
+    sweep = load_sweep(config, results=Path(args.out_dir), overrides=overrides, seeds=args.seeds)
+    return _sweep(sweep, args)
+
+
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=1, help="runs in parallel, one process and one torch thread each "
+                                                       "(default 1: in this process, with a progress bar per run)")
+    p.add_argument("--table-only", action="store_true", help="no runs: the tables and plots from the records there")
+    p.add_argument("--data-root", help="folder with the datasets (default $PRIVFGL_DATA)")
+    p.add_argument("--offline", action="store_true", help="never download a dataset")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--seeds", type=_seed_list, help="comma-separated seeds, instead of the config's (e.g. 0,1)")
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected integers like 0,1,2") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line on stderr and exit code 2, like the CLI's other bad-input errors
+    (argparse's default also prints the usage; subcommands inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="privfgl", description="Privacy testbed for federated graph learning.")
+    parser = _Parser(prog="privfgl", description="Privacy testbed for federated graph learning.")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run one method on one dataset and write its run record")
     add_run_arguments(p_run)
@@ -237,32 +329,38 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(p_audit)
     p_audit.add_argument("--attack", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
                          help="gradient-inversion, label-inference, stats-reconstruction, he-key-recovery, "
-                              "dp-noise-removal, participation (repeatable), e.g. "
+                              "dp-noise-removal, participation, membership, link-stealing (repeatable), e.g. "
                               "gradient-inversion:variant=dictionary,clients=0+3 (README: Attacks and audits)")
     p_audit.add_argument("--adversary", default="server", help="the party whose view the attacks read (default server)")
     p_audit.set_defaults(func=cmd_audit)
     p_ds = sub.add_parser("datasets", help="which datasets are available offline, and where")
     p_ds.add_argument("--data-root")
     p_ds.set_defaults(func=cmd_datasets)
-    p_q = sub.add_parser("quickstart", help="FedAvg vs Local on Cora (what `make run` runs)")
-    p_q.add_argument("--data-root")
-    p_q.add_argument("--rounds", type=int, default=100)
-    p_q.add_argument("--offline", action="store_true", help="never download Cora")
-    p_q.add_argument("--seed", type=int, default=0)
-    p_q.add_argument("--out-dir", default="runs")
+    p_sw = sub.add_parser("sweep", help="a grid of runs from a TOML file: one record per cell and seed "
+                                        "(resumable), a table with mean ± std over seeds, PNG plots")
+    p_sw.add_argument("config", help="the sweep's TOML file (format: privfgl/sweep/config.py, README: Sweeps)")
+    p_sw.add_argument("--results", help="results folder (default: the file's [sweep] results, else runs/NAME)")
+    _sweep_arguments(p_sw)
+    p_sw.set_defaults(func=cmd_sweep)
+    p_q = sub.add_parser("quickstart", help="the privacy audit `make run` runs: FedAvg on Cora under plain, "
+                                            "crypten, ckks and central DP, each attacked (a small sweep)")
+    p_q.add_argument("--out-dir", default="runs/quickstart", help="results folder (default runs/quickstart)")
+    p_q.add_argument("--rounds", type=int, help="rounds per run (default: the config's, 15)")
+    _sweep_arguments(p_q)
     p_q.set_defaults(func=cmd_quickstart)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from privfgl.data import DataError
-    from protocols import ProtocolError
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, DataError, ProtocolError) as e:  # bad input: one clear line, no traceback
-        print(f"privfgl: error: {e}", file=sys.stderr)
+    except ValueError as e:  # bad input (ConfigError, DataError, ProtocolError, a method's check): one line
+        print(f"privfgl: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("privfgl: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

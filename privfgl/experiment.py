@@ -20,8 +20,8 @@ from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.methods import METHODS, MethodConfig, Setup
-from privfgl.methods.opfgl_params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
-from privfgl.methods.fedomd_params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
+from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
+from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
 from privfgl.privacy.spec import SPLIT_MESSAGES
 from privfgl.results import make_record
@@ -74,6 +74,8 @@ class RunConfig:
     threads: int | None = None  # torch's CPU threads for the run (None: as set, torch's default). Float sums
                                 # depend on it, so runs are bit-identical per seed only at the same count;
                                 # the record's config.threads is the count used.
+    method_defaults: dict = field(default_factory=dict)  # what the method filled in (config_for; a record
+                                                         # field only: it changes nothing in the run)
 
     def validate(self) -> None:
         def bad(name, value, valid):
@@ -182,6 +184,25 @@ def effective_protocol_params(cfg: RunConfig) -> dict:
 
 
 TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition
+
+
+def config_for(values: dict) -> RunConfig:
+    """RunConfig from the settings a user gave (field names as keys), completed by the method's own
+    defaults (privfgl.methods.defaults) where the user set nothing; what was filled in is kept in
+    `method_defaults`. Unknown keys raise ConfigError naming the valid ones."""
+    from privfgl.methods.defaults import apply_method_defaults
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name != "method_defaults"]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
+    fallback = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.name in ("method", "dataset",
+                                                                                      "partition")}
+    done, applied = apply_method_defaults(values, fallback)
+    if "split" in done:
+        done["split"] = tuple(done["split"])
+    if isinstance(done.get("evaluate"), list):
+        done["evaluate"] = tuple(done["evaluate"])
+    return RunConfig(**done, method_defaults=applied)
 
 
 def build_setup(cfg: RunConfig, data=None) -> Setup:

@@ -45,7 +45,7 @@ def node_homophily(y: torch.Tensor, edge_index: torch.Tensor | None, num_nodes: 
     """FedSpray's Eq. 1 per node: the share of its neighbours (``edge_index`` [2, E], both directions
     of an undirected edge stored, self-loops ignored) with its label ``y`` [n]; NaN without a
     neighbour (and for every node when ``edge_index`` is None). float64 [n]. Unlike O-pFGL's
-    statistic (methods/opfgl_stats.py) it reads every neighbour's label: evaluation only."""
+    statistic (methods/opfgl/stats.py) it reads every neighbour's label: evaluation only."""
     if edge_index is None:
         return torch.full((num_nodes,), float("nan"), dtype=torch.float64)
     src, dst = edge_index[0], edge_index[1]

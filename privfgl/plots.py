@@ -174,3 +174,56 @@ def read_csv(path: Path) -> list[dict]:
     """Rows of a CSV written by an experiment script: "" → None, numbers → int/float, the rest as text."""
     with open(path, newline="") as fh:
         return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of `bar_panels`: a value per bar (e.g. the mean over seeds), its error (std) and,
+    for an attack score, the attack's baseline per bar (drawn as a black tick; None: none)."""
+    ylabel: str
+    values: Sequence[float | None]
+    errors: Sequence[float | None] | None = None
+    baselines: Sequence[float | None] | None = None
+
+
+def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, title: str = "",
+               dpi: int = 120) -> Path:
+    """One row of bar charts sharing the bars' labels (e.g. one bar per protocol): a panel per
+    metric, error bars where given, an attack's baseline as a black tick over its bar. PNG at `path`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(max(3.2 * n, 6.0), 4.2), squeeze=False)
+    colors = [f"C{i}" for i in range(len(labels))]
+    has_baseline = False
+    for ax, panel in zip(axes[0], panels):
+        xs = range(len(labels))
+        values = [float("nan") if v is None else float(v) for v in panel.values]
+        errors = [0.0 if e is None else float(e) for e in panel.errors] if panel.errors is not None else None
+        ax.bar(xs, values, yerr=errors, color=colors, capsize=4, edgecolor="black", linewidth=0.6,
+               error_kw={"elinewidth": 1.2})
+        for x, base in zip(xs, panel.baselines or ()):
+            if base is not None and math.isfinite(float(base)):
+                ax.hlines(float(base), x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.6)
+                has_baseline = True
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(panel.ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+    handles = [Patch(facecolor=c, edgecolor="black", label=lab) for c, lab in zip(colors, labels)]
+    handles.append(Line2D([], [], color="black", marker="", linestyle="", label="error bar: std over seeds"))
+    if has_baseline:
+        handles.append(Line2D([], [], color="black", linestyle="--", label="attack baseline (no leak)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path

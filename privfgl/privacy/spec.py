@@ -40,7 +40,7 @@ METHOD_MESSAGES = {"local": (), "fedavg": ("model_update",), "fedprox": ("model_
 SPLIT_MESSAGES = ("prompted_graph", "embeddings", "embedding_grads", "feature_grads")
 # Aliases of the aggregated messages DP can protect: `on=ALIAS` protects every message listed.
 # "update":  the model, {n·W, n} (FedAvg/FedProx/FedOMD) or DP-FedAvg's delta;
-# "stats":   O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl.py);
+# "stats":   O-pFGL's class statistics {S1, S2} and class counts {n, b, n_orig} (methods/opfgl/run.py);
 # "encoder": FedSpray's {N·ω per tensor, n = N}; "proxies": FedSpray's {proxy = p_j·s_j, weight = p};
 # "moments": FedOMD's per-round hidden-output statistics, {z_l sums, n} and the central-moment sums;
 # "all":     every message the run's method sends (resolved by check_dp_for_run; parsed alone it

@@ -1,0 +1,194 @@
+"""A sweep's TOML file -> the cells to run (each = run options + seeds) and the tables/plots to make.
+
+    [sweep]
+    name = "privacy-utility"            # default: the file's stem
+    results = "runs/privacy-utility"    # one record per cell and seed lands here (default runs/<name>)
+    seeds = [0, 1, 2]
+    columns = ["test_acc", "epsilon"]   # the Markdown table's metric columns (default: see report.py)
+
+    [base]                              # run options of every cell (the run record's config keys),
+    method = "dp-fedavg"                # plus `attacks` (specs as for `privfgl audit --attack`),
+    rounds = 30                         # `adversary` and `target_epsilon` (below)
+
+    [grid]                              # every combination of these lists (optional)
+    evaluation = ["local_model", "global_model"]
+
+    [[cells]]                           # explicit cells, each crossed with the grid (optional);
+    label = "FedAvg, no DP"             # `label` names the cell in tables and plots
+    method = "fedavg"
+    grid = { rounds = [10, 30] }        # a grid of this cell's own (optional)
+
+    [[plots]]                           # see report.py: kind = "bars" | "line"
+    file = "accuracy-vs-epsilon.png"
+    kind = "line"
+    x = "target_epsilon"
+    y = "test_acc_last"
+
+`target_epsilon = E` calibrates Gaussian noise: `{sigma}` in the cell's `dp` spec becomes the smallest
+noise multiplier with ε(δ) ≤ E for `rounds` releases at sampling rate `method_params.q` (default 1;
+opacus' RDP search, δ from the spec's `delta=`, default 1e-5). `sigma = S` puts S there instead. A grid key may name one method
+parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes the cell's. `{seed}` in `dp` or in a
+method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
+knows the seed, as the record's `seed_warning` says).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from privfgl.errors import ConfigError
+
+# Cell options that are not run options: the sweep handles them.
+SWEEP_OPTIONS = ("attacks", "adversary", "target_epsilon", "sigma", "label")
+# Options that say where or how to run, not what: they do not change a cell's identity (its key).
+ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of the grid: `options` (run options + SWEEP_OPTIONS), run once per seed."""
+    label: str
+    options: dict
+
+    @property
+    def key(self) -> str:
+        """Folder name of the cell's records: its label as a slug + a hash of its options (a changed
+        setting is a new cell, never a stale record)."""
+        identity = {k: v for k, v in self.options.items() if k not in ENVIRONMENT_OPTIONS}
+        digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.label).strip("_")[:60]
+        return f"{slug}-{digest}"
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    file: str
+    kind: str                      # "bars" or "line"
+    y: tuple[str, ...]
+    x: str | None = None           # line: the numeric column on the x axis
+    series: tuple[str, ...] = ()   # line: one line per value of these columns
+    logx: bool = False
+    missing_x: str = "reference"   # line: a cell without x is a dashed "reference" line, or drawn at x = "inf"
+    title: str = ""
+    xlabel: str = ""
+    ylabel: str = ""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    source: Path
+    results: Path
+    seeds: tuple[int, ...]
+    cells: tuple[Cell, ...]
+    columns: tuple[str, ...] = ()
+    plots: tuple[PlotSpec, ...] = ()
+    title: str = ""
+    tasks: tuple[tuple[Cell, int], ...] = field(init=False, default=())
+
+    def __post_init__(self):
+        object.__setattr__(self, "tasks", tuple((c, s) for c in self.cells for s in self.seeds))
+
+
+def _label(options: dict, grid_keys: list[str], explicit: str | None) -> str:
+    parts = [explicit] if explicit else []
+    parts += [f"{k}={_short(options[k])}" for k in grid_keys]
+    return ", ".join(parts) or "base"
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):
+        return "+".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list):
+        return "+".join(map(str, value))
+    return str(value)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """base updated by over; dict-valued options (method_params, ...) are merged key by key, and a
+    dotted key ("method_params.dp_epsilon") sets one key inside one."""
+    out = dict(base)
+    for k, v in over.items():
+        if "." in k:
+            outer, inner = k.split(".", 1)
+            out[outer] = {**(out.get(outer) or {}), inner: v}
+        else:
+            out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_sweep(path: str | Path, results: str | Path | None = None, overrides: dict | None = None,
+               seeds: list[int] | None = None) -> Sweep:
+    """Parse and expand a sweep file. `overrides` (e.g. {"dataset": "sbm"}) replace the options of
+    every cell; `seeds` replaces [sweep] seeds. Raises ConfigError naming the file and key for
+    anything malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep config {path}: no such file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"sweep config {path}: not valid TOML ({e})") from None
+    unknown = sorted(set(data) - {"sweep", "base", "grid", "cells", "plots"})
+    if unknown:
+        raise ConfigError(f"sweep config {path}: unknown table(s) {', '.join(unknown)}; valid: sweep, base, grid, "
+                          "cells, plots")
+    head = data.get("sweep", {})
+    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title"})
+    if bad:
+        raise ConfigError(f"sweep config {path}: unknown [sweep] key(s) {', '.join(bad)}; valid: name, results, "
+                          "seeds, columns, title")
+    name = str(head.get("name", path.stem))
+    seeds = seeds if seeds is not None else head.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"sweep config {path}: [sweep] seeds must be a non-empty list of integers, got {seeds!r}")
+    base = _merge(data.get("base", {}), overrides or {})
+    grid = data.get("grid", {})
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"sweep config {path}: [grid] {k} must be a non-empty list, got {v!r}")
+    cells, seen = [], set()
+    for spec in data.get("cells", [{}]):
+        spec = dict(spec)
+        label = spec.pop("label", None)
+        own = spec.pop("grid", {})
+        if not isinstance(own, dict) or any(not isinstance(v, list) or not v for v in own.values()):
+            raise ConfigError(f"sweep config {path}: cell {label!r}: grid must map options to non-empty lists")
+        axes = {**own, **grid}
+        for combo in itertools.product(*axes.values()):
+            options = _merge(_merge(_merge(base, spec), dict(zip(axes, combo))), overrides or {})
+            cell = Cell(_label(options, list(axes), label), options)
+            if cell.key in seen:
+                raise ConfigError(f"sweep config {path}: two cells have the same options ({cell.label})")
+            seen.add(cell.key)
+            cells.append(cell)
+    plots = tuple(_plot(path, p) for p in data.get("plots", []))
+    return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
+                 seeds=tuple(seeds), cells=tuple(cells), columns=tuple(head.get("columns", ())), plots=plots,
+                 title=str(head.get("title", "")))
+
+
+def _plot(path: Path, p: dict) -> PlotSpec:
+    fields = {f.name for f in dataclasses.fields(PlotSpec)}
+    bad = sorted(set(p) - fields)
+    if bad or "file" not in p or "y" not in p:
+        raise ConfigError(f"sweep config {path}: a [[plots]] entry needs file and y; unknown key(s) "
+                          f"{', '.join(bad) or 'none'}; valid: {', '.join(sorted(fields))}")
+    kind = p.get("kind", "bars")
+    if p.get("missing_x", "reference") not in ("reference", "inf"):
+        raise ConfigError(f"sweep config {path}: plot {p['file']}: missing_x {p['missing_x']!r}; valid: reference, inf")
+    if kind not in ("bars", "line"):
+        raise ConfigError(f"sweep config {path}: plot {p['file']}: kind {kind!r}; valid: bars, line")
+    if kind == "line" and not p.get("x"):
+        raise ConfigError(f"sweep config {path}: plot {p['file']}: a line plot needs x (a numeric column)")
+    as_tuple = lambda v: tuple(v) if isinstance(v, list) else (v,)
+    return PlotSpec(file=p["file"], kind=kind, y=as_tuple(p["y"]), x=p.get("x"),
+                    series=as_tuple(p.get("series", ())), logx=bool(p.get("logx", False)),
+                    missing_x=p.get("missing_x", "reference"),
+                    title=p.get("title", ""), xlabel=p.get("xlabel", ""), ylabel=p.get("ylabel", ""))

@@ -1,0 +1,230 @@
+"""A sweep's records -> one row per run, the per-cell mean ± std over seeds (CSV and Markdown), plots.
+
+Columns of a row (units in the names): test_acc (at the round chosen on validation), test_acc_last
+(last round), val_acc, best_round, epsilon (the accountant's ε of the run, empty without DP),
+MB_up_per_client (mean over clients, whole run, MB = 1e6 bytes), MB_up_per_client_round, seconds
+(the run's own wall time, time.total_s), and per attack headline metric `ATTACK:METRIC` with its
+baseline `ATTACK:METRIC:baseline` and `ATTACK:on` (what was attacked: each client's upload, or only
+the aggregate when the view holds no per-client plaintext), averaged over the attacked targets.
+
+Plots (matplotlib via privfgl.plots; error bars = std over seeds):
+    kind = "bars"   one panel per y column, one bar per cell; an attack column also shows its baseline
+    kind = "line"   y against the numeric column x, one line per value of `series`; cells whose x is
+                    empty (e.g. no target_epsilon: the non-private runs) are drawn as dashed references
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+
+from privfgl.sweep.config import Sweep
+from privfgl.sweep.runner import record_path
+
+CONFIG_COLUMNS = ("method", "dataset", "partition", "clients", "rounds", "protocol", "evaluation", "dp",
+                  "target_epsilon", "sigma")
+TABLE_CONFIG_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "dp")  # the spec is long; σ and ε say it
+METRIC_COLUMNS = ("test_acc", "test_acc_last", "val_acc", "best_round", "epsilon", "MB_up_per_client",
+                  "MB_up_per_client_round", "seconds")
+DEFAULT_TABLE = ("test_acc", "epsilon", "MB_up_per_client", "seconds")
+# Axis titles with units for the known columns; an attack column reads "ATTACK: METRIC".
+AXIS_LABELS = {"test_acc": "test accuracy (fraction)", "test_acc_last": "test accuracy, last round (fraction)",
+               "val_acc": "validation accuracy (fraction)", "epsilon": "ε spent (accountant)",
+               "MB_up_per_client": "upload per client, whole run (MB)",
+               "MB_up_per_client_round": "upload per client per round (MB)", "seconds": "wall time per run (s)",
+               "target_epsilon": "target ε", "clients": "clients"}
+
+
+def axis_label(column: str) -> str:
+    if column in AXIS_LABELS:
+        return AXIS_LABELS[column]
+    if ":" in column:
+        attack, metric = column.split(":", 1)
+        return f"{attack}: {metric} (attack score)"
+    return column
+
+
+def _attack_columns(findings: list[dict]) -> dict:
+    """Per attack and headline metric: the mean over targets with input, preferring each client's
+    own upload ("clients") over the aggregate ("aggregate")."""
+    from attacks.audit import HEADLINES
+    out: dict = {}
+    for name in dict.fromkeys(f["name"] for f in findings):
+        usable = [f for f in findings if f["name"] == name and "no_input" not in f["metrics"]]
+        own = [f for f in usable if not f["target"].startswith("aggregate")]
+        chosen = own or usable
+        out[f"{name}:on"] = ("clients" if own else "aggregate") if chosen else "no input"
+        for key in HEADLINES.get(name, ()):
+            values = [f["metrics"][key] for f in chosen if isinstance(f["metrics"].get(key), (int, float))]
+            bases = [b for f in chosen if isinstance(b := f["baseline"].get(key, f["baseline"].get(f"uniform_{key}")),
+                                                     (int, float))]
+            if values:
+                out[f"{name}:{key}"] = statistics.fmean(values)
+            if bases:
+                out[f"{name}:{key}:baseline"] = statistics.fmean(bases)
+    return out
+
+
+def record_row(record: dict) -> dict:
+    """One run record -> one flat row (see the module docstring)."""
+    s, c, m, cost = record["sweep"], record["config"], record["metrics"], record["cost"]
+    per_client = cost["bytes_up_per_client"]
+    mb = statistics.fmean(per_client) / 1e6 if per_client else 0.0
+    epsilon = record.get("privacy", {}).get("epsilon")
+    row = {"cell": s["cell"], "seed": s["seed"], "method": c["method"], "dataset": c.get("dataset_name", c["dataset"]),
+           "partition": c["partition"], "clients": c["clients"], "rounds": c["rounds"], "protocol": c["protocol"],
+           "evaluation": c["evaluation"], "dp": c.get("dp"), "target_epsilon": s["options"].get("target_epsilon"),
+           "sigma": s.get("sigma"),
+           "test_acc": m["test_acc"], "test_acc_last": m.get("last", {}).get("test_acc", m["test_acc"]),
+           "val_acc": m.get("val_acc"), "best_round": m.get("best_round"),
+           "epsilon": epsilon if epsilon is not None and math.isfinite(epsilon) else None,
+           "MB_up_per_client": mb, "MB_up_per_client_round": mb / max(cost.get("rounds") or 1, 1),
+           "seconds": record["time"]["total_s"]}
+    row.update(_attack_columns(record.get("attacks", [])))
+    return row
+
+
+def collect(sweep: Sweep) -> list[dict]:
+    """The rows of every recorded (cell, seed), in the sweep's order."""
+    rows = []
+    for cell, seed in sweep.tasks:
+        path = record_path(sweep.results, cell, seed)
+        if path.is_file():
+            rows.append(record_row(json.loads(path.read_text())))
+    return rows
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def summarise(rows: list[dict], cells: list[str]) -> list[dict]:
+    """Per cell (in `cells` order): the config columns, `seeds` (how many), and for each numeric
+    column its mean and sample std over the seeds (`COL` and `COL:std`)."""
+    out = []
+    for label in cells:
+        group = [r for r in rows if r["cell"] == label]
+        if not group:
+            continue
+        summary = {"cell": label, "seeds": len(group)}
+        for key in dict.fromkeys(k for r in group for k in r):
+            if key in ("cell", "seed"):
+                continue
+            values = [r.get(key) for r in group]
+            numbers = [v for v in values if _is_number(v)]
+            if key in CONFIG_COLUMNS or not numbers:
+                summary[key] = next((v for v in values if v is not None), None)
+            else:
+                summary[key] = statistics.fmean(numbers)
+                summary[f"{key}:std"] = statistics.stdev(numbers) if len(numbers) > 1 else 0.0
+        out.append(summary)
+    return out
+
+
+def _fmt(value, std=None) -> str:
+    if value is None:
+        return "–"
+    if not _is_number(value):
+        return str(value)
+    digits = 4 if abs(value) < 10 else 2
+    text = f"{value:.{digits}f}"
+    return f"{text} ± {std:.{digits}f}" if std is not None else text
+
+
+def table_columns(sweep: Sweep, summary: list[dict]) -> list[str]:
+    """The config columns that differ between cells, then the sweep's metric columns (default:
+    DEFAULT_TABLE and every attack's metric with its baseline)."""
+    varying = [k for k in TABLE_CONFIG_COLUMNS if len({json.dumps(s.get(k), default=str) for s in summary}) > 1]
+    metrics = list(sweep.columns) or [*DEFAULT_TABLE, *sorted({k for s in summary for k in s
+                                                              if ":" in k and not k.endswith(":std")})]
+    return [*varying, *metrics]
+
+
+def markdown(sweep: Sweep, summary: list[dict]) -> str:
+    cols = table_columns(sweep, summary)
+    lines = ["| cell | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
+    for s in summary:
+        cells = [_fmt(s.get(c), s.get(f"{c}:std") if s["seeds"] > 1 else None) for c in cols]
+        lines.append(f"| {s['cell']} | {s['seeds']} | " + " | ".join(cells) + " |")
+    seeds = ", ".join(map(str, sweep.seeds))
+    return (f"{sweep.title or 'Sweep ' + sweep.name}: mean ± std over seeds ({seeds}); config "
+            f"`{sweep.source}`, records in `{sweep.results}/records/`.\n\n" + "\n".join(lines) + "\n")
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
+    """The sweep's [[plots]] as PNGs in its results folder."""
+    from privfgl import plots
+    written = []
+    seeds = len(sweep.seeds)
+    note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}"
+    for spec in sweep.plots:
+        path = sweep.results / spec.file
+        if spec.kind == "bars":
+            panels = [plots.Panel(axis_label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
+                                  [s.get(f"{y}:baseline") for s in summary]) for y in spec.y]
+            plots.bar_panels([s["cell"] for s in summary], panels, path,
+                             title=f"{spec.title or sweep.title or sweep.name} ({note})")
+        else:
+            _line(plots, dataclasses.replace(spec, title=spec.title or sweep.title or sweep.name), summary,
+                  path, note)
+        written.append(path)
+    return written
+
+
+def _line(plots, spec, summary: list[dict], path: Path, note: str) -> None:
+    """y against x: one line per value of `series` (one y), or one line per y column with its
+    `:baseline` dashed in the same colour (several y). Cells without x: references or x = ∞."""
+    series, refs = [], []
+    as_x = lambda r: math.inf if r.get(spec.x) is None and spec.missing_x == "inf" else r.get(spec.x)
+    for i, y in enumerate(spec.y):
+        groups: dict[tuple, list[dict]] = {}
+        for r in summary:
+            groups.setdefault(tuple(r.get(k) for k in spec.series), []).append(r)
+        for key, group in groups.items():
+            name = ", ".join(str(k) for k in key) if spec.series else axis_label(y)
+            if len(spec.y) > 1 and spec.series:
+                name = f"{axis_label(y)}, {name}"
+            color = f"C{len(series)}" if len(spec.y) == 1 else f"C{i}"
+            for suffix, style in (("", "-"), (":baseline", "--")):
+                points = sorted((float(as_x(r)), r[y + suffix], r.get(f"{y + suffix}:std") or 0.0) for r in group
+                                if as_x(r) is not None and _is_number(r.get(y + suffix)))
+                if points:
+                    label = name if not suffix else "  its baseline"
+                    series.append(plots.Series(label, *zip(*points), color=color, linestyle=style,
+                                               marker="o" if not suffix else ""))
+            if spec.missing_x == "reference":
+                refs += [(f"{r['cell']}: {axis_label(y)}", r[y], r.get(f"{y}:std") or 0.0) for r in group
+                         if r.get(spec.x) is None and _is_number(r.get(y))]
+    references = [plots.Reference(label, value, err, color=f"C{len(series) + j}")
+                  for j, (label, value, err) in enumerate(refs)]
+    xs = sorted({p for s in series for p in s.x})
+    ylabel = spec.ylabel or (axis_label(spec.y[0]) if len(spec.y) == 1 else "score")
+    plots.line_plot(series, path, references=references, logx=spec.logx, xticks=xs or None,
+                    xlabel=spec.xlabel or axis_label(spec.x), ylabel=ylabel, title=f"{spec.title} ({note})")
+
+
+def report(sweep: Sweep) -> tuple[str, list[Path]]:
+    """Writes runs.csv, summary.csv, summary.md and the plots; returns (the Markdown table, files)."""
+    rows = collect(sweep)
+    if not rows:
+        return f"sweep {sweep.name}: no records in {sweep.results}\n", []
+    summary = summarise(rows, [c.label for c in sweep.cells])
+    sweep.results.mkdir(parents=True, exist_ok=True)
+    table = markdown(sweep, summary)
+    files = [write_csv(rows, sweep.results / "runs.csv"), write_csv(summary, sweep.results / "summary.csv")]
+    (sweep.results / "summary.md").write_text(table)
+    files.append(sweep.results / "summary.md")
+    files += draw(sweep, summary)
+    return table, files

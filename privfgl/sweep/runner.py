@@ -1,0 +1,153 @@
+"""Runs a sweep's missing (cell, seed) pairs, one run record each, in this process or in `jobs`
+worker processes (one torch thread each). A record is written atomically when its run ends, so a
+sweep killed at any point resumes with exactly the missing pairs and never reads a partial record."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import re
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from privfgl.errors import ConfigError
+from privfgl.sweep.config import SWEEP_OPTIONS, Cell, Sweep
+
+
+def record_path(results: Path, cell: Cell, seed: int) -> Path:
+    return results / "records" / cell.key / f"seed{seed}.json"
+
+
+def missing(sweep: Sweep) -> list[tuple[Cell, int]]:
+    """The (cell, seed) pairs without a record yet."""
+    return [(c, s) for c, s in sweep.tasks if not record_path(sweep.results, c, s).is_file()]
+
+
+def _substitute(value, names: dict):
+    """`{seed}`, `{sigma}`, `{target_epsilon}` in a string option (or inside a dict of them); a
+    string that becomes a number is that number."""
+    if isinstance(value, dict):
+        return {k: _substitute(v, names) for k, v in value.items()}
+    if not isinstance(value, str) or "{" not in value:
+        return value
+    text = value
+    for name, sub in names.items():
+        if "{" + name + "}" in text:
+            if sub is None:
+                raise ConfigError(f"option {value!r} uses {{{name}}}: set {name} (or target_epsilon) in the cell")
+            text = text.replace("{" + name + "}", repr(sub) if isinstance(sub, float) else str(sub))
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _uses(options: dict, name: str) -> bool:
+    return "{" + name + "}" in json.dumps(options, default=str)
+
+
+def calibrated_sigma(options: dict) -> float | None:
+    """The cell's `sigma`, else σ for its target_epsilon: `rounds` releases at rate method_params.q,
+    δ from its dp spec; None if it sets neither."""
+    if options.get("sigma") is not None:
+        return float(options["sigma"])
+    target = options.get("target_epsilon")
+    if target is None:
+        return None
+    from privfgl.privacy import noise_multiplier_for
+    found = re.search(r"delta=([0-9.eE+-]+)", options.get("dp") or "")
+    delta = float(found.group(1)) if found else 1e-5
+    q = float((options.get("method_params") or {}).get("q", 1.0))
+    return noise_multiplier_for(float(target), delta, q, int(options.get("rounds", 100)))
+
+
+def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):
+    """The RunConfig of (cell, seed): the cell's run options with `{seed}`/`{sigma}` filled in, the
+    method's defaults where the cell sets nothing (privfgl.experiment.config_for)."""
+    from privfgl.experiment import config_for
+    sigma = calibrated_sigma(cell.options) if _uses(cell.options, "sigma") else None
+    names = {"seed": seed, "sigma": sigma, "target_epsilon": cell.options.get("target_epsilon")}
+    values = {k: _substitute(v, names) for k, v in cell.options.items() if k not in SWEEP_OPTIONS}
+    values.update(seed=seed, progress=progress)
+    if threads is not None:
+        values["threads"] = threads
+    if cell.options.get("attacks") and "transcript" not in values:
+        values["transcript"] = "all"  # attacks read earlier rounds' payloads
+    return config_for(values), sigma
+
+
+def check_cells(sweep: Sweep) -> None:
+    """Every cell builds a valid RunConfig and valid attack specs, before anything runs."""
+    for cell in sweep.cells:
+        try:
+            cfg, _ = run_config(cell, sweep.seeds[0], None, False)
+            cfg.validate()
+            if cell.options.get("attacks"):
+                from attacks import parse_attack
+                [parse_attack(a) for a in cell.options["attacks"]]
+        except ValueError as e:
+            raise ConfigError(f"sweep {sweep.name}, cell {cell.label!r}: {' '.join(str(e).split())}") from None
+
+
+def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool) -> Path:
+    """Run (cell, seed) and write its record; returns the record's path."""
+    from privfgl.experiment import run
+    from privfgl.results import write_record
+    cfg, sigma = run_config(cell, seed, threads, progress)
+    attacks = cell.options.get("attacks") or []
+    record, setup = run(cfg)
+    if attacks:
+        from attacks import parse_attack, run_attacks
+        found = run_attacks(setup, cfg, [parse_attack(a) for a in attacks], cell.options.get("adversary", "server"))
+        record["attacks"] = [f.as_record() for f in found]
+    record["sweep"] = {"cell": cell.label, "key": cell.key, "seed": seed, "sigma": sigma,
+                       "options": json.loads(json.dumps(cell.options, default=str))}
+    return write_record(record, record_path(results, cell, seed))
+
+
+def _worker(cell: Cell, seed: int, results: str) -> str:
+    return str(run_one(cell, seed, Path(results), threads=1, progress=False))
+
+
+def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
+    """Run every missing (cell, seed); returns one line per failed run (the others' records exist).
+    jobs = 1: in this process, with the run's own progress bar; jobs > 1: worker processes."""
+    from tqdm.auto import tqdm
+    todo = missing(sweep)
+    done = len(sweep.tasks) - len(todo)
+    print(f"sweep {sweep.name}: {len(sweep.cells)} cells x {len(sweep.seeds)} seeds = {len(sweep.tasks)} runs; "
+          f"{done} already recorded in {sweep.results}, {len(todo)} to run", file=sys.stderr)
+    failures: list[str] = []
+    bar = tqdm(total=len(todo), desc=f"sweep {sweep.name}", unit="run", disable=not progress or not todo)
+    start = time.perf_counter()
+    if jobs <= 1:
+        for cell, seed in todo:
+            bar.set_postfix_str(f"{cell.label}, seed {seed}")
+            try:
+                run_one(cell, seed, sweep.results, threads=None, progress=progress)
+            except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
+                failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
+            bar.update()
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            pending = {pool.submit(_worker, cell, seed, str(sweep.results)): (cell, seed) for cell, seed in todo}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    cell, seed = pending.pop(future)
+                    if future.exception() is not None:
+                        e = future.exception()
+                        failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
+                    bar.update()
+    bar.close()
+    if todo:
+        print(f"sweep {sweep.name}: {len(todo) - len(failures)} runs in {time.perf_counter() - start:.1f} s"
+              + (f", {len(failures)} failed" if failures else ""), file=sys.stderr)
+    return failures
+
+
+__all__ = ["check_cells", "missing", "record_path", "run_config", "run_one", "run_sweep"]

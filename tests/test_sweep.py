@@ -1,0 +1,210 @@
+"""`privfgl sweep`: a TOML grid -> one record per (cell, seed), resumable; mean ± std tables; plots."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privfgl.cli import main
+from privfgl.errors import ConfigError
+from privfgl.sweep import load_sweep, missing, report, run_sweep
+from privfgl.sweep.runner import record_path, run_config
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+SMALL = """
+[sweep]
+name = "small"
+seeds = [0, 1]
+
+[base]
+method = "fedavg"
+dataset = "cora"
+partition = "louvain"
+clients = 3
+rounds = 2
+transcript = "none"
+
+[[cells]]
+label = "fedavg"
+
+[[cells]]
+label = "local"
+method = "local"
+
+[[plots]]
+file = "acc.png"
+kind = "bars"
+y = ["test_acc", "MB_up_per_client"]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _partition_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def write(tmp_path: Path, text: str, name: str = "sweep.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def small(tmp_path: Path, planetoid_root: Path, text: str = SMALL):
+    return load_sweep(write(tmp_path, text), results=tmp_path / "results",
+                      overrides={"data_root": str(planetoid_root), "download": False})
+
+
+def test_cells_are_the_explicit_cells_crossed_with_the_grids(tmp_path):
+    sweep = load_sweep(write(tmp_path, """
+[sweep]
+seeds = [0, 1, 2]
+[base]
+method = "dp-fedavg"
+method_params = { q = 1.0 }
+[grid]
+evaluation = ["local_model", "global_model"]
+[[cells]]
+label = "DP"
+grid = { target_epsilon = [1, 8] }
+[[cells]]
+label = "no DP"
+method = "fedavg"
+"method_params.mu" = 0.1
+"""))
+    assert len(sweep.cells) == 2 * 2 + 2 and len(sweep.tasks) == 18
+    assert sweep.cells[0].label == "DP, target_epsilon=1, evaluation=local_model"
+    assert sweep.cells[-1].options["method_params"] == {"q": 1.0, "mu": 0.1}  # dotted key: one method param
+    assert len({c.key for c in sweep.cells}) == 6
+    assert sweep.name == "sweep" and sweep.results == Path("runs/sweep")  # defaults from the file name
+
+
+def test_a_cell_key_changes_with_what_runs_not_with_where():
+    from privfgl.sweep.config import Cell
+    a = Cell("x", {"method": "fedavg", "rounds": 2})
+    assert Cell("x", {"method": "fedavg", "rounds": 2, "data_root": "/d", "download": False}).key == a.key
+    assert Cell("x", {"method": "fedavg", "rounds": 3}).key != a.key
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[sweep]\nseeds = []\n", "seeds must be a non-empty list"),
+    ("[grid]\nrounds = 3\n", "[grid] rounds must be a non-empty list"),
+    ("[swep]\n", "unknown table(s) swep"),
+    ("[sweep]\nname = \n", "not valid TOML"),
+    ("[[plots]]\nfile = \"a.png\"\ny = \"test_acc\"\nkind = \"pie\"\n", "kind 'pie'; valid: bars, line"),
+    ("[[cells]]\nlabel = \"a\"\n[[cells]]\nlabel = \"a\"\n", "two cells have the same options"),
+])
+def test_a_malformed_file_names_the_problem(tmp_path, text, message):
+    with pytest.raises(ConfigError) as e:
+        load_sweep(write(tmp_path, text))
+    assert message in str(e.value)
+
+
+def test_target_epsilon_calibrates_sigma_and_seed_fills_placeholders(tmp_path):
+    sweep = load_sweep(write(tmp_path, """
+[base]
+method = "dp-fedavg"
+rounds = 30
+target_epsilon = 8
+dp = "gaussian:sigma={sigma},clip=0.5,on=update,mode=central,seed={seed}"
+method_params = { sampling_seed = "{seed}" }
+"""))
+    cfg, sigma = run_config(sweep.cells[0], 5, None, False)
+    from privfgl.privacy.accounting import noise_multiplier_for
+    assert sigma == pytest.approx(noise_multiplier_for(8.0, 1e-5, 1.0, 30))
+    assert cfg.dp == f"gaussian:sigma={sigma!r},clip=0.5,on=update,mode=central,seed=5"
+    assert cfg.method_params == {"sampling_seed": 5} and cfg.seed == 5
+
+
+def test_method_defaults_apply_inside_a_sweep(tmp_path):
+    sweep = load_sweep(write(tmp_path, "[base]\nmethod = \"opfgl\"\npartition = \"louvain+\"\n"))
+    cfg, _ = run_config(sweep.cells[0], 0, None, False)
+    assert (cfg.rounds, cfg.partition_seed, cfg.method_params) == (1, 42, {"preset": "cora-louvain+"})
+
+
+def test_a_sweep_runs_every_cell_once_and_resumes_only_what_is_missing(tmp_path, planetoid_root):
+    sweep = small(tmp_path, planetoid_root)
+    assert run_sweep(sweep, progress=False) == []
+    paths = [record_path(sweep.results, c, s) for c, s in sweep.tasks]
+    assert all(p.is_file() for p in paths) and missing(sweep) == []
+    record = json.loads(paths[1].read_text())
+    assert record["sweep"]["cell"] == "fedavg" and record["sweep"]["seed"] == 1 and record["config"]["seed"] == 1
+
+    stamps = {p: p.stat().st_mtime_ns for p in paths}
+    paths[2].unlink()  # a crash before this run ended leaves no record...
+    paths[2].with_suffix(".json.tmp").write_text("{half a rec")  # ...at most a temp file, never read
+    assert [(c.label, s) for c, s in missing(sweep)] == [("local", 0)]
+    assert run_sweep(sweep, progress=False) == []
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in paths if p != paths[2])  # the others are not re-run
+    assert json.loads(paths[2].read_text())["sweep"]["cell"] == "local"
+
+
+def test_the_report_has_mean_and_std_over_seeds_and_a_png(tmp_path, planetoid_root):
+    sweep = small(tmp_path, planetoid_root)
+    run_sweep(sweep, progress=False)
+    table, files = report(sweep)
+    rows = [json.loads(record_path(sweep.results, c, s).read_text())["metrics"]["test_acc"]
+            for c, s in sweep.tasks if c.label == "fedavg"]
+    import statistics
+    mean, std = statistics.fmean(rows), statistics.stdev(rows)
+    line = next(row for row in table.splitlines() if row.startswith("| fedavg |"))
+    assert f"{mean:.4f} ± {std:.4f}" in line
+    assert {p.name for p in files} == {"runs.csv", "summary.csv", "summary.md", "acc.png"}
+    png = (sweep.results / "acc.png").read_bytes()
+    assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
+
+
+def test_a_failing_run_is_reported_and_loses_nothing_else(tmp_path, planetoid_root, monkeypatch):
+    sweep = small(tmp_path, planetoid_root)
+    import privfgl.experiment
+    real = privfgl.experiment.run
+
+    def flaky(cfg, data=None):
+        if cfg.method == "local" and cfg.seed == 1:
+            raise RuntimeError("disk on fire")
+        return real(cfg, data)
+    monkeypatch.setattr(privfgl.experiment, "run", flaky)
+    failures = run_sweep(sweep, progress=False)
+    assert failures == ["local, seed 1: RuntimeError: disk on fire"]
+    assert [(c.label, s) for c, s in missing(sweep)] == [("local", 1)]
+
+
+def test_parallel_jobs_write_the_same_records(tmp_path, planetoid_root):
+    (tmp_path / "b").mkdir()
+    one, two = small(tmp_path, planetoid_root), small(tmp_path / "b", planetoid_root)
+    assert run_sweep(one, progress=False) == [] and run_sweep(two, jobs=2, progress=False) == []
+    for cell, seed in one.tasks:
+        a = json.loads(record_path(one.results, cell, seed).read_text())
+        b = json.loads(record_path(two.results, cell, seed).read_text())
+        assert b["config"]["threads"] == 1
+        assert abs(a["metrics"]["test_acc"] - b["metrics"]["test_acc"]) < 0.02  # thread count changes float sums
+
+
+def test_cli_sweep_and_its_bad_inputs(tmp_path, planetoid_root, capsys):
+    path = write(tmp_path, SMALL)
+    args = ["sweep", str(path), "--results", str(tmp_path / "r"), "--data-root", str(planetoid_root), "--offline",
+            "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg | 2 |" in out and "written:" in out
+    assert main([*args, "--table-only"]) == 0
+
+    def one_line_error(argv, message):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    one_line_error(["sweep", str(tmp_path / "nope.toml")], "no such file")
+    one_line_error([*args, "--jobs", "0"], "--jobs 0")
+    bad = write(tmp_path, SMALL.replace('method = "local"', 'method = "fedsgd"'), "bad.toml")
+    one_line_error(["sweep", str(bad), "--results", str(tmp_path / "r2")], "cell 'local': invalid method 'fedsgd'")
+    assert not (tmp_path / "r2" / "records").exists()  # checked before anything runs
+
+
+def test_the_shipped_sweeps_are_valid(tmp_path):
+    from privfgl.sweep import check_cells
+    for path in [REPO / "privfgl" / "sweep" / "quickstart.toml", *sorted((REPO / "experiments").glob("*.toml"))]:
+        sweep = load_sweep(path, results=tmp_path / path.stem)
+        check_cells(sweep)
+        assert sweep.cells and sweep.plots, path
