@@ -252,18 +252,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.offline:
         overrides["download"] = False
     sweep = load_sweep(args.config, results=args.results, overrides=overrides, seeds=args.seeds)
-    return _sweep(sweep, args)
+    if args.doc:
+        sweep = dataclasses.replace(sweep, doc=args.doc)
+    subset = None
+    if args.cells:
+        chosen = tuple(c for c in sweep.cells if args.cells in c.label)
+        if not chosen:
+            raise ConfigError(f"--cells {args.cells!r}: no cell label contains it; labels: "
+                              f"{'; '.join(c.label for c in sweep.cells)}")
+        subset = dataclasses.replace(sweep, cells=chosen)
+    return _sweep(sweep, args, subset)
 
 
-def _sweep(sweep, args: argparse.Namespace) -> int:
+def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
+    """Run `subset` (default: the whole sweep), then report on the whole sweep's records."""
     from privfgl.sweep import check_cells, report, run_sweep
+    todo = subset or sweep
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: valid: an integer >= 1")
     check_writable(sweep.results, "results folder", directory=True)
     failures = []
     if not args.table_only:
-        check_cells(sweep)
-        failures = run_sweep(sweep, jobs=args.jobs, progress=not args.no_progress)
+        check_cells(todo)
+        failures = run_sweep(todo, jobs=args.jobs, progress=not args.no_progress)
     table, files = report(sweep)
     print(table)
     for path in files:
@@ -340,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(resumable), a table with mean ± std over seeds, PNG plots")
     p_sw.add_argument("config", help="the sweep's TOML file (format: privfgl/sweep/config.py, README: Sweeps)")
     p_sw.add_argument("--results", help="results folder (default: the file's [sweep] results, else runs/NAME)")
+    p_sw.add_argument("--cells", metavar="TEXT", help="only the cells whose label contains TEXT")
+    p_sw.add_argument("--doc", help="a Markdown page whose block for this sweep the report rewrites (default: the "
+                                    "file's [sweep] doc, if any)")
     _sweep_arguments(p_sw)
     p_sw.set_defaults(func=cmd_sweep)
     p_q = sub.add_parser("quickstart", help="the privacy audit `make run` runs: FedAvg on Cora under plain, "

@@ -156,6 +156,37 @@ def test_the_report_has_mean_and_std_over_seeds_and_a_png(tmp_path, planetoid_ro
     assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
 
 
+def test_a_docs_page_gets_the_sweeps_block_rewritten_not_appended_twice(tmp_path, planetoid_root):
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    page.write_text("# Page\n\nprose before\n")
+    sweep = small(tmp_path, planetoid_root, SMALL.replace('name = "small"', 'name = "small"\ndoc = "%s"' % page))
+    run_sweep(sweep, progress=False)
+    report(sweep)
+    page.write_text(page.read_text() + "\nprose after\n")
+    report(sweep)
+    text = page.read_text()
+    assert text.count("<!-- sweep:small -->") == 1 and text.count("| fedavg | 2 |") == 1
+    assert text.startswith("# Page\n\nprose before") and text.rstrip().endswith("prose after")
+    assert "![acc](img/small/acc.png)" in text and (page.parent / "img" / "small" / "acc.png").is_file()
+
+
+def test_paper_numbers_and_record_paths_become_columns(tmp_path, planetoid_root, capsys):
+    text = SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\ncolumns = ["test_acc", "metrics.test_f1_macro"]').replace(
+        'label = "fedavg"', 'label = "fedavg"\npaper = { test_acc = 0.795 }')
+    path = write(tmp_path, text)
+    args = ["sweep", str(path), "--results", str(tmp_path / "r"), "--data-root", str(planetoid_root), "--offline",
+            "--no-progress"]
+    assert main([*args, "--cells", "local"]) == 0  # only the matching cells run...
+    assert "| local | 2 |" in capsys.readouterr().out
+    assert main([*args, "--cells", "fedavg"]) == 0
+    header, _, fedavg, local = capsys.readouterr().out.split("\n\n", 1)[1].splitlines()[:4]
+    names = header.strip("| ").split(" | ")
+    assert names[names.index("test_acc"):] == ["test_acc", "paper:test_acc", "metrics.test_f1_macro"]
+    assert " | 0.7950 | " in fedavg and " | – | " in local  # ...and the report covers them all
+    assert main([*args, "--cells", "nothing"]) == 2
+
+
 def test_a_failing_run_is_reported_and_loses_nothing_else(tmp_path, planetoid_root, monkeypatch):
     sweep = small(tmp_path, planetoid_root)
     import privfgl.experiment

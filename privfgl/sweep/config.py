@@ -5,6 +5,7 @@
     results = "runs/privacy-utility"    # one record per cell and seed lands here (default runs/<name>)
     seeds = [0, 1, 2]
     columns = ["test_acc", "epsilon"]   # the Markdown table's metric columns (default: see report.py)
+    doc = "docs/sweeps.md"              # the report rewrites this sweep's block in that page
 
     [base]                              # run options of every cell (the run record's config keys),
     method = "dp-fedavg"                # plus `attacks` (specs as for `privfgl audit --attack`),
@@ -27,7 +28,10 @@
 `target_epsilon = E` calibrates Gaussian noise: `{sigma}` in the cell's `dp` spec becomes the smallest
 noise multiplier with ε(δ) ≤ E for `rounds` releases at sampling rate `method_params.q` (default 1;
 opacus' RDP search, δ from the spec's `delta=`, default 1e-5). `sigma = S` puts S there instead. A grid key may name one method
-parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes the cell's. `{seed}` in `dp` or in a
+parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes the cell's.
+`paper = { test_acc = 0.7643 }` in a cell puts a published number beside the measured column
+("paper:test_acc"); a column may also be any number in the record by its path
+("metrics.test_f1_macro", "metrics.settings.unseen-node.test_acc"). `{seed}` in `dp` or in a
 method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
 knows the seed, as the record's `seed_warning` says).
 """
@@ -45,7 +49,7 @@ from pathlib import Path
 from privfgl.errors import ConfigError
 
 # Cell options that are not run options: the sweep handles them.
-SWEEP_OPTIONS = ("attacks", "adversary", "target_epsilon", "sigma", "label")
+SWEEP_OPTIONS = ("attacks", "adversary", "target_epsilon", "sigma", "label", "paper")
 # Options that say where or how to run, not what: they do not change a cell's identity (its key).
 ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads")
 
@@ -90,6 +94,7 @@ class Sweep:
     columns: tuple[str, ...] = ()
     plots: tuple[PlotSpec, ...] = ()
     title: str = ""
+    doc: str | None = None         # a docs page whose block for this sweep the report rewrites
     tasks: tuple[tuple[Cell, int], ...] = field(init=False, default=())
 
     def __post_init__(self):
@@ -140,10 +145,10 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
         raise ConfigError(f"sweep config {path}: unknown table(s) {', '.join(unknown)}; valid: sweep, base, grid, "
                           "cells, plots")
     head = data.get("sweep", {})
-    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title"})
+    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title", "doc"})
     if bad:
         raise ConfigError(f"sweep config {path}: unknown [sweep] key(s) {', '.join(bad)}; valid: name, results, "
-                          "seeds, columns, title")
+                          "seeds, columns, title, doc")
     name = str(head.get("name", path.stem))
     seeds = seeds if seeds is not None else head.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
@@ -171,7 +176,7 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
     plots = tuple(_plot(path, p) for p in data.get("plots", []))
     return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
                  seeds=tuple(seeds), cells=tuple(cells), columns=tuple(head.get("columns", ())), plots=plots,
-                 title=str(head.get("title", "")))
+                 title=str(head.get("title", "")), doc=head.get("doc"))
 
 
 def _plot(path: Path, p: dict) -> PlotSpec:

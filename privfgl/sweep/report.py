@@ -68,8 +68,21 @@ def _attack_columns(findings: list[dict]) -> dict:
     return out
 
 
-def record_row(record: dict) -> dict:
-    """One run record -> one flat row (see the module docstring)."""
+RECORD_BLOCKS = ("config.", "metrics.", "cost.", "time.", "privacy.")
+
+
+def record_value(record: dict, path: str):
+    """The value at a dotted path of the record ("metrics.settings.unseen-node.test_acc"), or None."""
+    value = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def record_row(record: dict, extra: tuple[str, ...] = ()) -> dict:
+    """One run record -> one flat row (see the module docstring); `extra`: record paths to add."""
     s, c, m, cost = record["sweep"], record["config"], record["metrics"], record["cost"]
     per_client = cost["bytes_up_per_client"]
     mb = statistics.fmean(per_client) / 1e6 if per_client else 0.0
@@ -84,6 +97,8 @@ def record_row(record: dict) -> dict:
            "MB_up_per_client": mb, "MB_up_per_client_round": mb / max(cost.get("rounds") or 1, 1),
            "seconds": record["time"]["total_s"]}
     row.update(_attack_columns(record.get("attacks", [])))
+    row.update({path: record_value(record, path) for path in extra})
+    row.update({f"paper:{k}": v for k, v in (s["options"].get("paper") or {}).items()})
     return row
 
 
@@ -93,7 +108,8 @@ def collect(sweep: Sweep) -> list[dict]:
     for cell, seed in sweep.tasks:
         path = record_path(sweep.results, cell, seed)
         if path.is_file():
-            rows.append(record_row(json.loads(path.read_text())))
+            rows.append(record_row(json.loads(path.read_text()),
+                                   tuple(c for c in sweep.columns if c.startswith(RECORD_BLOCKS))))
     return rows
 
 
@@ -138,20 +154,26 @@ def table_columns(sweep: Sweep, summary: list[dict]) -> list[str]:
     """The config columns that differ between cells, then the sweep's metric columns (default:
     DEFAULT_TABLE and every attack's metric with its baseline)."""
     varying = [k for k in TABLE_CONFIG_COLUMNS if len({json.dumps(s.get(k), default=str) for s in summary}) > 1]
-    metrics = list(sweep.columns) or [*DEFAULT_TABLE, *sorted({k for s in summary for k in s
-                                                              if ":" in k and not k.endswith(":std")})]
-    return [*varying, *metrics]
+    metrics = list(sweep.columns) or [*DEFAULT_TABLE, *sorted({k for s in summary for k in s if ":" in k
+                                                              and not k.endswith(":std") and not k.startswith("paper:")})]
+    with_paper = []
+    for column in metrics:  # a published number goes right after the column it is compared with
+        with_paper.append(column)
+        if any(s.get(f"paper:{column}") is not None for s in summary):
+            with_paper.append(f"paper:{column}")
+    return [*varying, *with_paper]
 
 
 def markdown(sweep: Sweep, summary: list[dict]) -> str:
     cols = table_columns(sweep, summary)
     lines = ["| cell | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for s in summary:
-        cells = [_fmt(s.get(c), s.get(f"{c}:std") if s["seeds"] > 1 else None) for c in cols]
+        cells = [_fmt(s.get(c), s.get(f"{c}:std") if s["seeds"] > 1 and not c.startswith("paper:") else None)
+                 for c in cols]
         lines.append(f"| {s['cell']} | {s['seeds']} | " + " | ".join(cells) + " |")
     seeds = ", ".join(map(str, sweep.seeds))
     return (f"{sweep.title or 'Sweep ' + sweep.name}: mean ± std over seeds ({seeds}); config "
-            f"`{sweep.source}`, records in `{sweep.results}/records/`.\n\n" + "\n".join(lines) + "\n")
+            f"`{shown(sweep.source)}`, records in `{shown(sweep.results)}/records/`.\n\n" + "\n".join(lines) + "\n")
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
@@ -215,8 +237,44 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str) -> None:
                     xlabel=spec.xlabel or axis_label(spec.x), ylabel=ylabel, title=f"{spec.title} ({note})")
 
 
+def shown(path: Path) -> str:
+    """`path` relative to the working directory where it lies below it (tables name the config the
+    way a user types it), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def update_doc(sweep: Sweep, table: str, plots_written: list[Path]) -> Path:
+    """Rewrite the block between `<!-- sweep:NAME -->` and `<!-- /sweep:NAME -->` in the sweep's
+    docs page (appended when absent) with its table and plots; the plots are copied to
+    docs/img/NAME/ beside the page, so the page shows what the sweep measured, and nothing else."""
+    import shutil
+    page = Path(sweep.doc)
+    images = page.parent / "img" / sweep.name
+    images.mkdir(parents=True, exist_ok=True)
+    links = []
+    for path in plots_written:
+        shutil.copyfile(path, images / path.name)
+        links.append(f"![{path.stem}](img/{sweep.name}/{path.name})" if page.parent.name == "docs"
+                     else f"![{path.stem}]({(images / path.name).relative_to(page.parent)})")
+    command = f"privfgl sweep {shown(sweep.source)}"
+    block = (f"<!-- sweep:{sweep.name} -->\n<!-- written by `{command}`; edits between these markers are "
+             f"replaced -->\n\n{table}\n" + "".join(f"{link}\n" for link in links) + f"<!-- /sweep:{sweep.name} -->")
+    text = page.read_text() if page.is_file() else ""
+    start, end = f"<!-- sweep:{sweep.name} -->", f"<!-- /sweep:{sweep.name} -->"
+    if start in text and end in text:
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
+    page.write_text(text)
+    return page
+
+
 def report(sweep: Sweep) -> tuple[str, list[Path]]:
-    """Writes runs.csv, summary.csv, summary.md and the plots; returns (the Markdown table, files)."""
+    """Writes runs.csv, summary.csv, summary.md and the plots (and the docs block when the sweep
+    names a `doc` page); returns (the Markdown table, files)."""
     rows = collect(sweep)
     if not rows:
         return f"sweep {sweep.name}: no records in {sweep.results}\n", []
@@ -226,5 +284,8 @@ def report(sweep: Sweep) -> tuple[str, list[Path]]:
     files = [write_csv(rows, sweep.results / "runs.csv"), write_csv(summary, sweep.results / "summary.csv")]
     (sweep.results / "summary.md").write_text(table)
     files.append(sweep.results / "summary.md")
-    files += draw(sweep, summary)
+    plotted = draw(sweep, summary)
+    files += plotted
+    if sweep.doc:
+        files.append(update_doc(sweep, table, plotted))
     return table, files
