@@ -9,6 +9,12 @@ process start-up are excluded from the rows and printed separately.
     python experiments/bench_protocols.py --quick           # small grid, in-process backends
     python experiments/bench_protocols.py                   # n 1e3..1e6, K 2..100 (skips noted)
     python experiments/bench_protocols.py --multiprocess    # add crypten multi-process rows
+    python experiments/bench_protocols.py --backends secagg secagg:kregular --clients 2 10 100
+
+`secagg` rows (complete graph, Bonawitz et al.) and `secagg:kregular` rows (SecAgg+, default degree
+2*ceil(log2 K)) are followed by a second table: seconds per round (advertise keys, share keys,
+masked input, unmasking; all clients + the server, in process) and the critical path (per round
+the slowest client, then the server: the latency when clients run in parallel).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ BACKENDS: dict[str, tuple[str, dict, str]] = {
     "ckks:sum": ("ckks", {"preset": "sum"}, "he"),
     "bfv:default": ("bfv", {"preset": "default"}, "he-heavy"),
     "bfv:sum": ("bfv", {"preset": "sum"}, "he"),
+    "secagg": ("secagg", {}, "secagg-complete"),
+    "secagg:kregular": ("secagg", {"graph": "kregular"}, "cheap"),
 }
 MP_LABEL = "crypten:mp"
 
@@ -41,6 +49,8 @@ def too_slow(cost: str, clients: int, size: int) -> str | None:
         return "K*n > 2e7 (sum HE preset)"
     if cost == "shares" and clients * clients * size > 2e9:
         return "K^2*n > 2e9 (in-process sharing is O(K^2 n))"
+    if cost == "secagg-complete" and clients > 50:
+        return "K > 50 (complete graph: pycryptodome's pure-Python Shamir at t = 2K/3 costs ~K^3)"
     if cost == "mp" and (clients > 10 or size > 1e5):
         return "multi-process rows limited to K <= 10, n <= 1e5"
     return None
@@ -64,6 +74,7 @@ def measure(protocol, xs: list[torch.Tensor], reference: np.ndarray) -> dict:
         "bytes_per_value": result.bytes_up[-1] / size,
         "max_err": float(np.max(np.abs(result.total.numpy() - reference))),
         "bound": result.error_bound,
+        "details": result.details,
     }
 
 
@@ -97,12 +108,12 @@ def main() -> None:
         setup[label] = time.perf_counter() - t0
 
     header = (
-        f"{'backend':<13}{'K':>4}{'n':>9}{'protect_s':>11}{'aggr_s':>9}{'reveal_s':>10}{'total_s':>9}"
+        f"{'backend':<17}{'K':>4}{'n':>9}{'protect_s':>11}{'aggr_s':>9}{'reveal_s':>10}{'total_s':>9}"
         f"{'up_B/client':>13}{'B/value':>9}{'max_err':>10}{'bound':>10}{'x_plain':>9}"
     )
     print(header)
     print("-" * len(header))
-    skipped = []
+    skipped, round_rows = [], []
     for size in sizes:
         for k in clients:
             xs = inputs(k, size, args.seed)
@@ -119,13 +130,25 @@ def main() -> None:
                 row = measure(protocols[label], xs, reference)
                 if label == "plain":
                     plain_total = row["total"]
+                if "round_s" in row["details"]:
+                    round_rows.append((label, k, size, row["details"]))
                 ratio = row["total"] / plain_total if plain_total else float("nan")
                 print(
-                    f"{label:<13}{k:>4}{size:>9}{row['protect']:>11.4f}{row['aggregate']:>9.4f}"
+                    f"{label:<17}{k:>4}{size:>9}{row['protect']:>11.4f}{row['aggregate']:>9.4f}"
                     f"{row['reveal']:>10.4f}{row['total']:>9.4f}{row['up_per_client']:>13,}"
                     f"{row['bytes_per_value']:>9.2f}{row['max_err']:>10.2e}{row['bound']:>10.2e}{ratio:>9.1f}",
                     flush=True,
                 )
+    if round_rows:
+        print()
+        print(f"{'secagg rounds':<16}{'K':>4}{'n':>9}{'deg':>5}{'t':>4}{'advert_s':>10}{'share_s':>9}{'mask_s':>9}"
+              f"{'unmask_s':>10}{'crit_s':>9}")
+        for label, k, size, d in round_rows:
+            r = d["round_s"]
+            per = [r[name]["clients"] + r[name]["server"]
+                   for name in ("advertise_keys", "share_keys", "masked_input", "unmasking")]
+            print(f"{label:<16}{k:>4}{size:>9}{d['degree']:>5}{d['threshold']:>4}{per[0]:>10.4f}{per[1]:>9.4f}"
+                  f"{per[2]:>9.4f}{per[3]:>10.4f}{d['critical_path_s']:>9.4f}")
     print()
     for label in labels:
         extra = ""

@@ -73,7 +73,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--split-mode", help="stratified (default: per client and class) or random (per client, at least one "
                            "training node; FedOMD's 1%%/20%%/20%% split)")
-    a("--protocol", help="plain, crypten, ckks, bfv")
+    a("--protocol", help="plain, crypten, ckks, bfv, secagg (pairwise masking with dropout; docs/secure-aggregation.md)")
     a("--crypten-mode", choices=("inprocess", "multiprocess"),
       help="crypten only: simulate the parties in this process (default) or run each client and the server "
            "as its own OS process over torch.distributed")

@@ -76,6 +76,12 @@ def tick_label(x: float) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
+def _wrap(text: str, width: int) -> str:
+    """A long title on several lines instead of cut off at the figure's edge."""
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width))
+
+
 def _inf_position(finite: list[float], logx: bool) -> float:
     """Where an x of inf is drawn: one step (a decade on a log axis) right of the largest finite x."""
     if not finite:
@@ -139,7 +145,7 @@ def line_figure(series: Sequence[Series], *, xlabel: str, ylabel: str, title: st
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
-        ax.set_title(title)
+        ax.set_title(_wrap(title, 75), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc=legend_loc, fontsize=8)
     fig.tight_layout()
@@ -220,7 +226,7 @@ def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, ti
         handles.append(Line2D([], [], color="black", linestyle="--", label="attack baseline (no leak)"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(_wrap(title, 40 * n), fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,12 @@
 Backends (PROTOCOLS): ``plain`` (server sees every tensor), ``crypten`` (additive secret sharing
 over Z_2^64; ``mode="inprocess"`` (default) or ``mode="multiprocess"``, one OS process per party),
 ``ckks`` and ``bfv`` (TenSEAL/SEAL homomorphic encryption; see ``protocols.tenseal_backend`` for
-the presets, their security, bytes per value and error bounds).
+the presets, their security, bytes per value and error bounds), ``secagg`` (pairwise masking with
+Shamir-shared seeds, Bonawitz et al. 2017 / SecAgg+; survives client dropout up to a threshold; see
+``protocols.secagg``).
 
 Weighted sums: pre-weight on the client side (client k passes w_k * x_k); divide after the reveal.
-Integer inputs (counts) are summed exactly to int64 by plain, crypten and bfv; use bfv (preset
+Integer inputs (counts) are summed exactly to int64 by plain, crypten, bfv and secagg; use bfv (preset
 "sum": 8 bytes/value) for counts under HE. ``get_protocol("crypten", mode="multiprocess")``
 returns a ``CryptenSession`` whose party processes live until ``close()`` (or process exit), so
 one session serves every round; ``secure_sum`` closes what it builds.
@@ -26,7 +28,7 @@ import torch
 
 from protocols.base import AggregationResult, PartyFailure, Protocol, ProtocolError
 
-PROTOCOLS: tuple[str, ...] = ("plain", "crypten", "ckks", "bfv")
+PROTOCOLS: tuple[str, ...] = ("plain", "crypten", "ckks", "bfv", "secagg")
 CRYPTEN_MODES: tuple[str, ...] = ("inprocess", "multiprocess")
 
 _BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
@@ -35,6 +37,7 @@ _BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
     ("crypten", "multiprocess"): ("protocols.crypten_multiprocess", "CryptenSession"),
     ("ckks", ""): ("protocols.tenseal_backend", "CKKSProtocol"),
     ("bfv", ""): ("protocols.tenseal_backend", "BFVProtocol"),
+    ("secagg", ""): ("protocols.secagg", "SecAggProtocol"),
 }
 
 

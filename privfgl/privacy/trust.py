@@ -31,6 +31,16 @@ PROTOCOL_TRUST = {
         "non_collusion": ["the server and the key holder (client0)"],
         "assumption": "RLWE hardness at 128-bit parameters; BFV decrypts exactly (he-key-recovery at chance)",
     },
+    "secagg": {
+        "server_sees": "the clients' public keys, their Shamir shares encrypted under pairwise keys (ChaCha20-Poly1305), "
+                       "each client's masked input (uniform in Z_2^b), the survivors' self-mask seeds and the "
+                       "dropped clients' pairwise-key seeds (round 4), and the sum",
+        "non_collusion": ["the server and t or more clients (t: the Shamir threshold, default floor(2m/3)+1 of the m "
+                          "share holders per client): t holders' shares give a client's pairwise-key seed, which with "
+                          "the server's view unmasks its input (tested)"],
+        "assumption": "honest-but-curious server and clients; X25519/HKDF/AES-CTR keys fresh from os.urandom per sum; "
+                      "the k-regular graph (SecAgg+) is public",
+    },
 }
 SYMMETRIC_KEY_NOTE = ("under a symmetric-key preset every client holds the secret key: the server must not "
                       "collude with any client")

@@ -192,7 +192,7 @@ def _plot(path: Path, p: dict) -> PlotSpec:
         raise ConfigError(f"sweep config {path}: plot {p['file']}: kind {kind!r}; valid: bars, line")
     if kind == "line" and not p.get("x"):
         raise ConfigError(f"sweep config {path}: plot {p['file']}: a line plot needs x (a numeric column)")
-    as_tuple = lambda v: tuple(v) if isinstance(v, list) else (v,)
+    as_tuple = lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,)
     return PlotSpec(file=p["file"], kind=kind, y=as_tuple(p["y"]), x=p.get("x"),
                     series=as_tuple(p.get("series", ())), logx=bool(p.get("logx", False)),
                     missing_x=p.get("missing_x", "reference"),

@@ -145,6 +145,8 @@ def _fmt(value, std=None) -> str:
         return "–"
     if not _is_number(value):
         return str(value)
+    if abs(value) >= 1e5:  # e.g. the ε of a tiny σ
+        return f"{value:.3g}"
     digits = 4 if abs(value) < 10 else 2
     text = f"{value:.{digits}f}"
     return f"{text} ± {std:.{digits}f}" if std is not None else text

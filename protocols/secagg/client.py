@@ -1,0 +1,117 @@
+"""One `secagg` client: its state and its four rounds (Bonawitz et al. 2017, semi-honest variant).
+
+1. advertise keys: fresh X25519 pairs c (share encryption) and s (derived from a fresh 16-byte seed,
+   pairwise masks); sends both public keys to the server.
+2. share keys: draws the self-mask seed b; Shamir-shares the s seed and b among its share holders;
+   sends each holder its two shares encrypted under their c agreement (through the server), and a
+   commitment to b.
+3. masked input: y = q + PRG(b) + sum over neighbours v that shared in round 2 of +-PRG(s_uv)
+   (+ when u < v), in Z_{2^b}.
+4. unmasking: the server names the survivors (self-mask shares wanted) and the dropped (pairwise
+   seed shares wanted). An honest client refuses a request that names one client in both lists,
+   asks for its own pairwise seed (it sent its masked input, so that seed must stay secret), or
+   lists fewer survivors than the threshold.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from protocols.base import ProtocolError, client
+from protocols.secagg import crypto, shamir
+
+
+class Client:
+    def __init__(self, index: int, neighbours: frozenset[int], holders: tuple[int, ...], threshold: int):
+        self.index = index
+        self.neighbours = neighbours
+        self.holders = holders  # closed neighbourhood, sorted: who holds this client's shares
+        self.threshold = threshold
+        # Secrets: fresh per sum, from the OS CSPRNG.
+        self._c_private = self._s_private = None
+        self.s_seed = self.b_seed = None  # kept for the auditor's ground truth only
+        self.peer_keys: dict[int, tuple[bytes, bytes]] = {}
+        self.shares_held: dict[int, tuple[int, bytes, bytes]] = {}  # owner -> (index, s share, b share)
+        self.masked_with: set[int] = set()
+        self._share_keys: dict[int, bytes] = {}  # peer -> the pair's share-encryption key (rounds 2 and 3)
+
+    def advertise_keys(self) -> bytes:
+        self._c_private, c_public = crypto.new_keypair()
+        self.s_seed = crypto.fresh_seed()
+        self._s_private, s_public = crypto.keypair_from_seed(self.s_seed)
+        return c_public + s_public
+
+    def share_keys(self, keys: dict[int, bytes], tamper: dict | None = None) -> tuple[bytes, dict[int, bytes]]:
+        """keys: neighbour -> its advertised c||s public keys. Returns (commitment to b, holder -> sealed shares).
+        ``tamper``: fault injection ({holder: "bad_share"}): that holder gets random bytes as its shares."""
+        p = crypto.PUBLIC_KEY_BYTES
+        self.peer_keys = {v: (blob[:p], blob[p:]) for v, blob in keys.items()}
+        self.b_seed = crypto.fresh_seed()
+        s_shares = shamir.split(self.s_seed, self.threshold, self.holders)
+        b_shares = shamir.split(self.b_seed, self.threshold, self.holders)
+        sealed = {}
+        for v in self.holders:
+            (x, s_share), (_, b_share) = s_shares[v], b_shares[v]
+            if v == self.index:
+                self.shares_held[v] = (x, s_share, b_share)
+                continue
+            if v not in self.peer_keys:  # holder dropped before advertising its keys
+                continue
+            if tamper and tamper.get(v) == "bad_share":
+                s_share, b_share = crypto.fresh_seed(), crypto.fresh_seed()
+            key = self._share_key(v)
+            sealed[v] = crypto.seal(key, self.index, v, bytes([x >> 8, x & 255]) + s_share + b_share)
+        return crypto.commitment(self.index, self.b_seed), sealed
+
+    def masked_input(self, sealed: dict[int, bytes], q: np.ndarray) -> np.ndarray:
+        """sealed: owner -> its encrypted shares for this client (forwarded by the server)."""
+        for u, blob in sealed.items():
+            try:
+                plain = crypto.open_sealed(self._share_key(u), blob, u, self.index)
+            except crypto.ShareAuthError as e:
+                raise ProtocolError(
+                    f"secagg round 3: {client(self.index)} rejects the encrypted share from {client(u)} ({e}): it was "
+                    f"modified or re-addressed on its way through the server; {client(self.index)} aborts"
+                ) from None
+            x = plain[0] << 8 | plain[1]
+            self.shares_held[u] = (x, plain[2:18], plain[18:34])
+        y = q + crypto.expand(crypto.self_mask_key(self.b_seed), q.size, q.dtype)
+        self.masked_with = set(sealed)  # the neighbours that shared in round 2
+        for v in sorted(self.masked_with):
+            mask = crypto.expand(self.pair_mask_key(v), q.size, q.dtype)
+            if self.index < v:
+                y += mask
+            else:
+                y -= mask
+        return y
+
+    def _share_key(self, v: int) -> bytes:
+        if v not in self._share_keys:
+            shared = crypto.agree(self._c_private, self.peer_keys[v][0])
+            self._share_keys[v] = crypto.pair_key(shared, b"share-encryption", self.index, v)
+        return self._share_keys[v]
+
+    def pair_mask_key(self, v: int) -> bytes:
+        return crypto.pair_key(crypto.agree(self._s_private, self.peer_keys[v][1]), b"pair-mask", self.index, v)
+
+    def unmask(self, survivors: list[int], dropped: list[int], num_survivors: int) -> dict[str, dict[int, tuple]]:
+        """The server's request -> {"b": {survivor: share}, "s": {dropped: share}} (the shares this client holds)."""
+        me = client(self.index)
+        both = sorted(set(survivors) & set(dropped))
+        if both:
+            raise ProtocolError(
+                f"secagg round 4: {me} refuses to unmask: the server asked for both the pairwise-key seed share "
+                f"and the self-mask seed share of {', '.join(map(client, both))}, which would unmask their inputs"
+            )
+        if self.index in dropped:
+            raise ProtocolError(
+                f"secagg round 4: {me} refuses to unmask: the server lists it as dropped, but it sent its masked "
+                "input; revealing its own pairwise-key seed share could unmask it"
+            )
+        if num_survivors < self.threshold:
+            raise ProtocolError(
+                f"secagg round 4: {me} refuses to unmask: the server lists {num_survivors} survivors, fewer than "
+                f"the threshold t = {self.threshold}"
+            )
+        b = {u: (self.shares_held[u][0], self.shares_held[u][2]) for u in survivors if u in self.shares_held}
+        s = {u: (self.shares_held[u][0], self.shares_held[u][1]) for u in dropped if u in self.shares_held}
+        return {"b": b, "s": s}

@@ -1,0 +1,114 @@
+"""The cryptographic primitives of `secagg`, all from the `cryptography` package (OpenSSL).
+
+- Key agreement: X25519. Each client makes two fresh key pairs per sum: c (encrypts the Shamir
+  shares sent through the server) and s (seeds the pairwise masks). The s key pair is derived
+  from a fresh 16-byte seed (os.urandom) through HKDF, so that the seed, not the 32-byte key, is
+  what gets Shamir-shared (pycryptodome's Shamir takes 16-byte secrets); the seed has the 128 bits
+  of security of every other primitive here.
+- Key derivation: HKDF-SHA256 with a distinct ``info`` label per use and the pair's indices.
+- PRG: AES-256-CTR keystream (zero IV: every key is used for one expansion only), read as the
+  ring's little-endian uint32/uint64 elements.
+- Share encryption: ChaCha20-Poly1305 (AEAD) keyed by the pair's c agreement, a fresh random
+  nonce, and the (sender, receiver) indices as associated data, so the server that forwards a
+  share can neither read nor alter nor re-address it.
+- Commitment to the self-mask seed b: SHA-256 over a label, the client's index and b (b is 128
+  uniform bits: the hash reveals nothing usable; it lets the server check a reconstruction).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import struct
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+LABEL = b"privfgl-secagg-v1"
+SEED_BYTES = 16
+PUBLIC_KEY_BYTES = 32
+NONCE_BYTES = 12
+HEADER = struct.Struct("<II")  # (sender, receiver) of an encrypted share
+_ZERO_IV = bytes(16)
+_RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+class ShareAuthError(Exception):
+    """An encrypted share failed authentication (modified, truncated or re-addressed)."""
+
+
+def hkdf(ikm: bytes, info: bytes, length: int = 32) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=LABEL + b"/" + info).derive(ikm)
+
+
+def fresh_seed() -> bytes:
+    """16 bytes from the OS CSPRNG (never from the run seed)."""
+    return os.urandom(SEED_BYTES)
+
+
+def new_keypair() -> tuple[X25519PrivateKey, bytes]:
+    """A fresh X25519 key pair (OS randomness) and its raw 32-byte public key."""
+    private = X25519PrivateKey.generate()
+    return private, private.public_key().public_bytes(*_RAW)
+
+
+def keypair_from_seed(seed: bytes) -> tuple[X25519PrivateKey, bytes]:
+    """The X25519 key pair derived from a 16-byte seed (the s pair: its seed is Shamir-shared)."""
+    private = X25519PrivateKey.from_private_bytes(hkdf(seed, b"mask-key-pair"))
+    return private, private.public_key().public_bytes(*_RAW)
+
+
+def agree(private: X25519PrivateKey, peer_public: bytes) -> bytes:
+    """The raw X25519 shared secret with a peer's 32-byte public key."""
+    return private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+
+
+def pair_key(shared: bytes, use: bytes, u: int, v: int) -> bytes:
+    """A 32-byte key of the unordered pair {u, v} for ``use`` (b"pair-mask" or b"share-encryption")."""
+    lo, hi = min(u, v), max(u, v)
+    return hkdf(shared, use + HEADER.pack(lo, hi))
+
+
+def self_mask_key(seed: bytes) -> bytes:
+    return hkdf(seed, b"self-mask")
+
+
+def expand(key: bytes, size: int, dtype: type) -> np.ndarray:
+    """PRG: ``size`` ring elements of ``dtype`` from the AES-256-CTR keystream of ``key``."""
+    encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
+    stream = encryptor.update(_zeros(size * np.dtype(dtype).itemsize))  # CTR: finalize() adds nothing
+    return np.frombuffer(stream, dtype=np.dtype(dtype).newbyteorder("<"))
+
+
+@functools.lru_cache(maxsize=4)
+def _zeros(nbytes: int) -> bytes:
+    return bytes(nbytes)
+
+
+def seal(key: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
+    """Encrypted share from ``sender`` to ``receiver``: header || nonce || ChaCha20-Poly1305 ciphertext."""
+    header = HEADER.pack(sender, receiver)
+    nonce = os.urandom(NONCE_BYTES)
+    return header + nonce + ChaCha20Poly1305(key).encrypt(nonce, plaintext, header)
+
+
+def open_sealed(key: bytes, blob: bytes, sender: int, receiver: int) -> bytes:
+    """Decrypt a share sealed by ``sender`` for ``receiver``; ShareAuthError if it does not authenticate."""
+    header = HEADER.pack(sender, receiver)
+    start = HEADER.size + NONCE_BYTES
+    if len(blob) <= start or blob[:HEADER.size] != header:
+        raise ShareAuthError("wrong header")
+    try:
+        return ChaCha20Poly1305(key).decrypt(blob[HEADER.size:start], blob[start:], header)
+    except InvalidTag:
+        raise ShareAuthError("authentication tag mismatch") from None
+
+
+def commitment(u: int, seed: bytes) -> bytes:
+    """SHA-256 commitment of client u to its self-mask seed."""
+    return hashlib.sha256(LABEL + b"/self-mask-commitment" + struct.pack("<I", u) + seed).digest()

@@ -1,0 +1,149 @@
+"""The `secagg` server: routes the four rounds' messages, sums the masked inputs, unmasks the sum.
+
+It never sees a client's input, seed or share in the clear: round 2's shares cross it encrypted.
+In round 4 it learns, by design, the self-mask seeds b of the survivors and the pairwise-key seeds
+of the clients that dropped after sharing, and nothing else: with the b's it removes the self
+masks, with the dropped clients' seeds it recomputes and removes their pairwise masks, which the
+survivors' inputs still carry. Every round needs at least t live clients; a reconstruction needs
+t shares from the owner's share holders. Each reconstruction is checked (the s seed against the
+advertised s public key, b against its commitment); when the check fails and more than t shares
+arrived, another t-subset that passes is used and the holders whose shares disagree are reported
+(``faulty``); with no consistent subset, ProtocolError.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from protocols.base import ProtocolError, client
+from protocols.secagg import crypto, shamir
+
+MAX_SUBSETS = 256  # t-subsets tried when a reconstruction fails its check
+ROUND_NAMES = {1: "advertise keys", 2: "share keys", 3: "masked input", 4: "unmasking"}
+
+
+def names(indices) -> str:
+    return ", ".join(client(k) for k in sorted(indices)) or "none"
+
+
+class Server:
+    def __init__(self, num_clients: int, neighbours: list[frozenset[int]], holders: list[tuple[int, ...]],
+                 threshold: int):
+        self.num_clients = num_clients
+        self.neighbours = neighbours
+        self.holders = holders
+        self.threshold = threshold
+        self.alive: dict[int, set[int]] = {}  # round -> clients whose message of that round arrived
+        self.keys: dict[int, bytes] = {}
+        self.commitments: dict[int, bytes] = {}
+        self.faulty: dict[str, dict[str, list[str]]] = {}  # owner -> seed -> holders whose shares were wrong
+
+    def check_round(self, r: int, arrived: set[int]) -> None:
+        """Bonawitz et al.: abort when fewer than t clients are left after round r."""
+        self.alive[r] = set(arrived)
+        if len(arrived) < self.threshold:
+            missing = set(range(self.num_clients)) - arrived
+            raise ProtocolError(
+                f"secagg round {r} ({ROUND_NAMES[r]}): only {len(arrived)} of {self.num_clients} clients remain, "
+                f"fewer than the threshold t = {self.threshold}; missing: {names(missing)}"
+            )
+
+    # round 1
+    def route_keys(self, keys: dict[int, bytes]) -> dict[int, dict[int, bytes]]:
+        """Each live client gets the advertised keys of its live neighbours."""
+        self.keys = dict(keys)
+        return {v: {w: keys[w] for w in sorted(self.neighbours[v]) if w in keys} for v in keys}
+
+    # round 2
+    def route_shares(self, sent: dict[int, tuple[bytes, dict[int, bytes]]], tamper: tuple[int, int] | None = None
+                     ) -> dict[int, dict[int, bytes]]:
+        """Each client that shared gets the sealed shares addressed to it by the others that shared.
+        ``tamper`` (fault injection, (owner, holder)): the server flips a bit of that sealed share."""
+        self.commitments = {u: commitment for u, (commitment, _) in sent.items()}
+        inbox: dict[int, dict[int, bytes]] = {v: {} for v in sent}
+        for u, (_, sealed) in sent.items():
+            for v, blob in sealed.items():
+                if v in inbox:
+                    if tamper == (u, v):
+                        blob = blob[:-1] + bytes([blob[-1] ^ 1])
+                    inbox[v][u] = blob
+        return inbox
+
+    # round 3
+    def add(self, masked: dict[int, np.ndarray]) -> np.ndarray:
+        total = None
+        for u in sorted(masked):
+            total = masked[u].copy() if total is None else total + masked[u]  # wraps mod 2^b: the protocol
+        return total
+
+    def requests(self, ask_both: int | None = None) -> dict[int, tuple[list[int], list[int]]]:
+        """Round 4 request to each survivor: (survivors whose b share it holds, dropped whose s share it holds).
+        ``ask_both`` (fault injection): a survivor whose s share the server asks for too."""
+        survivors, shared = self.alive[3], self.alive[2]
+        dropped = shared - survivors
+        out = {}
+        for v in sorted(survivors):
+            mine = {u for u in shared if v in self.holders[u]}
+            s_wanted = sorted(mine & dropped) + ([ask_both] if ask_both is not None and ask_both in mine else [])
+            out[v] = (sorted(mine & survivors), s_wanted)
+        return out
+
+    def unmask(self, total: np.ndarray, answers: dict[int, dict[str, dict[int, tuple]]]) -> np.ndarray:
+        """Remove the survivors' self masks and the dropped clients' pairwise masks from the sum."""
+        survivors, dropped = self.alive[3], self.alive[2] - self.alive[3]
+        total = total.copy()
+        for u in sorted(survivors):
+            committed = self.commitments[u]
+            seed = self._reconstruct(u, "b", answers, lambda seed, u=u: crypto.commitment(u, seed) == committed)
+            total -= crypto.expand(crypto.self_mask_key(seed), total.size, total.dtype)
+        for u in sorted(dropped):
+            advertised = self.keys[u][crypto.PUBLIC_KEY_BYTES:]
+            seed = self._reconstruct(u, "s", answers, lambda seed: crypto.keypair_from_seed(seed)[1] == advertised)
+            s_private, _ = crypto.keypair_from_seed(seed)
+            for v in sorted(self.neighbours[u] & survivors):
+                shared = crypto.agree(s_private, self.keys[v][crypto.PUBLIC_KEY_BYTES:])
+                mask = crypto.expand(crypto.pair_key(shared, b"pair-mask", u, v), total.size, total.dtype)
+                if v < u:  # v added this mask
+                    total -= mask
+                else:
+                    total += mask
+        return total
+
+    def _shares(self, u: int, which: str, answers) -> list[tuple[int, int, bytes]]:
+        return sorted((share[0], v, share[1]) for v, a in answers.items() if u in a[which] for share in [a[which][u]])
+
+    def _reconstruct(self, u: int, which: str, answers, valid) -> bytes:
+        """u's seed from t of its holders' shares, checked by ``valid`` (its commitment or public key).
+        When the first t shares fail the check and more than t arrived, other t-subsets are tried (up to
+        MAX_SUBSETS): a consistent one gives the seed, and the holders whose shares disagree with it are
+        recorded in ``faulty``. ProtocolError when fewer than t shares arrived or no subset is consistent."""
+        shares = self._shares(u, which, answers)
+        what = "self-mask seed" if which == "b" else "pairwise-key seed"
+        t = self.threshold
+        if len(shares) < t:
+            holders = set(self.holders[u]) - ({u} if which == "s" else set())
+            got = {v for _, v, _ in shares}
+            raise ProtocolError(
+                f"secagg round 4 (unmasking): cannot reconstruct {client(u)}'s {what}: {len(shares)} of its share "
+                f"holders answered ({names(got)}), fewer than the threshold t = {t}; missing: "
+                f"{names(holders - got)}"
+            )
+        points = [(x, share) for x, _, share in shares]
+        seed = shamir.combine(points, t)
+        if valid(seed):
+            return seed
+        for subset in itertools.islice(itertools.combinations(range(len(shares)), t), 1, MAX_SUBSETS):
+            seed = shamir.combine([points[i] for i in subset], t)
+            if valid(seed):
+                good = [points[i] for i in subset[:t - 1]]
+                bad = [v for i, (_, v, _) in enumerate(shares)
+                       if i not in subset and shamir.combine(good + [points[i]], t) != seed]
+                self.faulty.setdefault(client(u), {})[what] = [client(v) for v in bad]
+                return seed
+        check = "its commitment" if which == "b" else "its advertised public key"
+        raise ProtocolError(
+            f"secagg round 4 (unmasking): inconsistent Shamir shares: no {t} of the shares of {client(u)}'s {what} "
+            f"from {names(v for _, v, _ in shares)} rebuild a seed that matches {check}; a holder (or {client(u)} "
+            "when it shared) sent a malformed share"
+        )

@@ -1,0 +1,440 @@
+"""`secagg`: the revealed sum equals the survivors' exact sum within the grid's bound, for every
+graph, threshold and dropout set; the failures (out of range, below threshold, tampered or
+inconsistent shares, a server asking for both seeds) are clear errors; the server's view holds
+no input; t - 1 colluders learn nothing of a seed, t recover it and unmask one client's input."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+from Crypto.Protocol.SecretSharing import Shamir
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
+from protocols.secagg import crypto
+from protocols.secagg.graph import default_degree, default_threshold, neighbours
+
+
+def exact_sum(xs, who=None) -> np.ndarray:
+    who = range(len(xs)) if who is None else who
+    stacked = np.stack([xs[k].to(torch.float64).reshape(-1).numpy() for k in who])
+    return np.array([math.fsum(col) for col in stacked.T]).reshape(tuple(xs[0].shape))
+
+
+def assert_within_bound(result, xs, who=None) -> None:
+    ref = exact_sum(xs, who)
+    err = np.abs(result.total.numpy() - ref)
+    assert np.all(err <= result.error_bound + np.abs(ref) * 2.0**-53), (float(err.max()), result.error_bound)
+
+
+def masked_input(result, sender: str) -> bytes:
+    """The masked vector ``sender`` uploaded, as the server received it."""
+    return next(t for t in result.received("server") if t.sender == sender and t.step == "input").blobs[0]
+
+
+def expected_outcome(protocol, num_clients: int, dropout: dict[int, set[int]]):
+    """(survivors U3, None) when the sum must succeed, else (None, the error's 'missing' clients)."""
+    nbrs, holders, t = protocol.setup(num_clients)
+    drop_at = {}
+    for r in sorted(dropout, reverse=True):
+        for k in dropout[r]:
+            drop_at[k] = r
+    alive = {r: {k for k in range(num_clients) if drop_at.get(k, 5) > r} for r in (1, 2, 3, 4)}
+    for r in (1, 2, 3, 4):
+        if len(alive[r]) < t:
+            return None, set(range(num_clients)) - alive[r]
+    # The survivors' self-mask seeds, then the dropped clients' pairwise-key seeds: t holders must answer.
+    for u in sorted(alive[3]) + sorted(alive[2] - alive[3]):
+        answering = set(holders[u]) & alive[4]
+        if len(answering) < t:
+            return None, set(holders[u]) - answering - ({u} if u not in alive[3] else set())
+    return sorted(alive[3]), None
+
+
+# --- sums --------------------------------------------------------------------------------------
+
+
+@st.composite
+def cases(draw):
+    k = draw(st.integers(1, 12))
+    graph = draw(st.sampled_from(["complete", "kregular"]))
+    degree = draw(st.integers(2, max(2, k - 1))) if graph == "kregular" else None
+    m = len(neighbours(graph, k, degree, 0)[0]) + 1
+    threshold = draw(st.one_of(st.none(), st.integers(1, m)))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=0, max_size=3)))
+    magnitude = draw(st.sampled_from([0.0, 1e-6, 1.0, 1e3, 4096.0]))
+    elements = st.floats(-magnitude, magnitude, allow_nan=False) if magnitude else st.just(0.0)
+    xs = [torch.from_numpy(draw(arrays(np.float64, shape, elements=elements))) for _ in range(k)]
+    dropout = {}
+    for r in (1, 2, 3, 4):
+        who = draw(st.sets(st.integers(0, k - 1), max_size=max(0, k // 3)))
+        if who:
+            dropout[r] = who
+    bits = draw(st.sampled_from([32, 64]))
+    return xs, dict(graph=graph, degree=degree, threshold=threshold, dropout=dropout, bits=bits)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=cases())
+def test_sum_of_survivors_within_bound_or_clear_error(case):
+    xs, params = case
+    protocol = get_protocol("secagg", **params)
+    survivors, missing = expected_outcome(protocol, len(xs), params["dropout"])
+    if survivors is None:
+        with pytest.raises(ProtocolError, match="fewer than the threshold") as err:
+            protocol.aggregate(xs)
+        assert "missing: " + ", ".join(f"client{k}" for k in sorted(missing)) in str(err.value)
+        return
+    result = protocol.aggregate(xs)
+    assert result.details["survivors"] == survivors
+    assert result.total.dtype == torch.float64 and result.total.shape == xs[0].shape
+    assert result.error_bound == len(survivors) * 2.0 ** -(result.details["frac_bits"] + 1)
+    assert_within_bound(result, xs, survivors)
+
+
+@settings(max_examples=15, deadline=None)
+@given(xs=st.integers(1, 12).flatmap(lambda k: st.lists(
+    arrays(np.int64, (5,), elements=st.integers(-(2**27), 2**27)), min_size=k, max_size=k)),
+    bits=st.sampled_from([32, 64]))
+def test_integer_counts_are_exact(xs, bits):
+    result = get_protocol("secagg", bits=bits).aggregate([torch.from_numpy(x) for x in xs])
+    assert result.total.dtype == torch.int64 and result.error_bound == 0.0
+    assert torch.equal(result.total, torch.from_numpy(np.sum(xs, axis=0)))
+
+
+def test_grid_bound_is_k_half_steps_and_holds():
+    gen = torch.Generator().manual_seed(0)
+    xs = [(torch.rand(5000, generator=gen, dtype=torch.float64) * 2 - 1) * 4000 for _ in range(10)]
+    result = get_protocol("secagg").aggregate(xs)
+    # bits 32, clip_range 4096, K = 10: the finest f with 10 * (4096 * 2^f + 1) <= 2^31 - 1 is 15.
+    assert result.details["frac_bits"] == 15 and result.error_bound == 10 * 2.0**-16
+    assert_within_bound(result, xs)
+    assert float(np.abs(result.total.numpy() - exact_sum(xs)).max()) > result.error_bound / 20  # the bound is tight-ish
+
+
+def test_entry_points_and_registry():
+    assert "secagg" in PROTOCOLS
+    total = secure_sum("secagg", [torch.tensor([1.5, -2.0]), torch.tensor([0.25, 4.0])])
+    assert torch.allclose(total, torch.tensor([1.75, 2.0], dtype=torch.float64), atol=1e-4)
+
+
+# --- range: never wraps ----------------------------------------------------------------------
+
+
+def test_out_of_range_raises_never_wraps():
+    p = get_protocol("secagg", clip_range=10.0)
+    with pytest.raises(ProtocolError,
+                       match=r"contributions\[1\] has \|value\| up to 10.5, outside the secagg clip range"):
+        p.aggregate([torch.zeros(3), torch.tensor([0.0, 10.5, 0.0])])
+    edge = torch.full((3,), 10.0, dtype=torch.float64)  # the range's edge, K times: no wrap
+    assert_within_bound(p.aggregate([edge] * 7), [edge] * 7)
+    assert_within_bound(p.aggregate([-edge] * 7), [-edge] * 7)
+    with pytest.raises(ProtocolError, match="frac_bits: 40 is too fine for 10 clients"):
+        get_protocol("secagg", frac_bits=40).aggregate([torch.zeros(2)] * 10)
+    with pytest.raises(ProtocolError, match="do not fit a 32-bit ring"):
+        get_protocol("secagg", clip_range=2.0**30).aggregate([torch.zeros(2)] * 4)
+    big = torch.tensor([2**31 // 3], dtype=torch.int64)
+    with pytest.raises(ProtocolError, match="outside the secagg integer range"):
+        get_protocol("secagg").aggregate([big, big, big, big])
+    edge = torch.tensor([2**62], dtype=torch.int64)  # (2^63 - 1) // 2 + 1: one past the range for K = 2
+    with pytest.raises(ProtocolError, match="outside the secagg integer range"):
+        get_protocol("secagg", bits=64).aggregate([edge, edge])
+    assert get_protocol("secagg", bits=64).aggregate([edge - 1, edge - 1]).total.item() == 2**63 - 2
+    lowest = torch.tensor([-(2**63)], dtype=torch.int64)  # |int64 min| must not overflow the range check
+    with pytest.raises(ProtocolError, match="outside the secagg integer range"):
+        get_protocol("secagg", bits=64).aggregate([lowest, lowest])
+    with pytest.raises(ProtocolError, match="NaN"):
+        get_protocol("secagg").aggregate([torch.tensor([float("nan")])])
+
+
+def test_bad_parameters():
+    for params, message in [({"bits": 16}, "bits: expected one of 32, 64"), ({"clip_range": -1}, "clip_range"),
+                            ({"graph": "ring"}, "graph: unknown graph 'ring'"), ({"threshold": 0}, "threshold"),
+                            ({"dropout": {5: [0]}}, "round keys must be 1, 2, 3 or 4"),
+                            ({"faults": {"crash": 1}}, "faults"), ({"frac_bits": 99}, "frac_bits")]:
+        with pytest.raises(ProtocolError, match=message):
+            get_protocol("secagg", **params)
+    with pytest.raises(ProtocolError, match="threshold: t = 9 exceeds the 5 share holders"):
+        get_protocol("secagg", graph="kregular", degree=4, threshold=9).aggregate([torch.zeros(2)] * 10)
+    with pytest.raises(ProtocolError, match="reveal_to: secagg opens the sum to the server"):
+        get_protocol("secagg").aggregate([torch.zeros(2)] * 3, reveal_to="clients")
+    # The CLI passes JSON: string round keys are accepted.
+    p = get_protocol("secagg", dropout=json.loads('{"3": [1]}'))
+    assert p.aggregate([torch.ones(2)] * 4).details["survivors"] == [0, 2, 3]
+
+
+# --- dropout ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("graph", ["complete", "kregular"])
+@pytest.mark.parametrize("round_", [1, 2, 3, 4])
+def test_three_of_ten_drop_at_each_round(graph, round_):
+    gen = torch.Generator().manual_seed(round_)
+    xs = [torch.randn(300, generator=gen, dtype=torch.float64) * 50 for _ in range(10)]
+    # kregular, degree 8: 9 share holders per client, of which 3 may drop with t = 6.
+    params = {"graph": graph, "degree": 8, "threshold": 6} if graph == "kregular" else {"graph": graph}
+    result = get_protocol("secagg", dropout={round_: [2, 5, 7]}, **params).aggregate(xs)
+    # Dropping at round 4 (unmasking) comes after the masked input arrived: those inputs are in the sum.
+    survivors = list(range(10)) if round_ == 4 else [0, 1, 3, 4, 6, 8, 9]
+    assert result.details["survivors"] == survivors
+    assert result.details["threshold"] == (7 if graph == "complete" else 6)
+    assert_within_bound(result, xs, survivors)
+
+
+@pytest.mark.parametrize("round_", [1, 2, 3, 4])
+def test_n_minus_t_plus_one_dropped_is_a_clear_error(round_):
+    xs = [torch.ones(4)] * 10  # t = 7: 4 dropped leave 6
+    with pytest.raises(ProtocolError, match=rf"secagg round {round_} \(.*\): only 6 of 10 clients remain, fewer than "
+                                            r"the threshold t = 7; missing: client1, client3, client4, client8"):
+        get_protocol("secagg", dropout={round_: [1, 3, 4, 8]}).aggregate(xs)
+
+
+def test_dropout_rate_is_reported_and_summed_over_survivors():
+    p = get_protocol("secagg", dropout_rate=0.2, dropout_seed=1, threshold=3)
+    xs = [torch.full((5,), float(k)) for k in range(10)]
+    seen = set()
+    for _ in range(5):
+        result = p.aggregate(xs)
+        seen.add(len(result.details["dropped"]))
+        assert_within_bound(result, xs, result.details["survivors"])
+    assert max(seen) > 0
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+def test_tampered_share_is_detected_by_its_receiver():
+    with pytest.raises(ProtocolError,
+                       match="client4 rejects the encrypted share from client2 .*modified or re-addressed"):
+        get_protocol("secagg", faults={"tamper_share": [2, 4]}).aggregate([torch.ones(3)] * 6)
+
+
+def test_inconsistent_share_is_detected_and_outvoted_or_reported():
+    xs = [torch.full((3,), float(k)) for k in range(6)]
+    # Client 3 sends client 0 garbage shares (validly encrypted); t = 5 of 6 holders. Six shares of client 3's
+    # self-mask seed arrive: the first five fail the commitment check, another five pass; client 0 is named.
+    result = get_protocol("secagg", faults={"bad_share": [3, 0]}).aggregate(xs)
+    assert result.details["faulty_shares"] == {"client3": {"self-mask seed": ["client0"]}}
+    assert_within_bound(result, xs)
+    # Exactly t shares (client 5 drops at unmasking): nothing to outvote, a clear error.
+    with pytest.raises(ProtocolError, match="inconsistent Shamir shares: no 5 of the shares of client3's self-mask "
+                                            "seed from client0, client1, client2, client3, client4 rebuild a seed "
+                                            "that matches its commitment"):
+        get_protocol("secagg", faults={"bad_share": [3, 0]}, dropout={4: [5]}).aggregate(xs)
+    # A garbage share of a dropped client's pairwise-key seed fails the public-key check.
+    with pytest.raises(ProtocolError, match="client3's pairwise-key seed .* matches its advertised public key"):
+        get_protocol("secagg", faults={"bad_share": [3, 0]}, dropout={3: [3]}).aggregate(xs)
+    assert get_protocol("secagg").aggregate(xs).details["faulty_shares"] == {}
+
+
+def test_honest_clients_refuse_to_reveal_both_seeds_of_one_client():
+    with pytest.raises(ProtocolError, match="refuses to unmask: the server asked for both the pairwise-key seed share "
+                                            "and the self-mask seed share of client2"):
+        get_protocol("secagg", faults={"ask_both": 2}).aggregate([torch.ones(3)] * 6)
+
+
+def test_late_client_is_left_out_and_stays_masked():
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.rand(4000, generator=gen, dtype=torch.float64) for _ in range(6)]
+    p = get_protocol("secagg", faults={"late": [1]})
+    result = p.aggregate(xs)
+    assert result.details["survivors"] == [0, 2, 3, 4, 5]
+    assert_within_bound(result, xs, [0, 2, 3, 4, 5])
+    # The server holds client 1's late masked input and reconstructed its pairwise seed, but not its
+    # self-mask seed: removing every pairwise mask still leaves a uniform-looking vector.
+    y = np.frombuffer(masked_input(result, "client1"), dtype="<u4")
+    server = p.last_run["server"]
+    answers_s = [(x, s) for t in result.received("server") if t.step == "reveal" for b in t.blobs
+                 for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 1 and owner == 1 for s in [b[7:]]]
+    seed = Shamir.combine(sorted(answers_s)[:server.threshold])
+    s_private, s_public = crypto.keypair_from_seed(seed)
+    assert s_public == server.keys[1][32:]
+    z = y.copy()
+    for v in server.neighbours[1]:
+        shared = crypto.agree(s_private, server.keys[v][32:])
+        mask = crypto.expand(crypto.pair_key(shared, b"pair-mask", 1, v), z.size, z.dtype)
+        z = z - mask if 1 < v else z + mask
+    q = p.last_run["grid"].encode(1, xs[1])
+    assert not np.array_equal(z, q) and abs(np.corrcoef(z.astype(np.float64), xs[1].numpy())[0, 1]) < 0.1
+
+
+# --- the server's view -------------------------------------------------------------------------
+
+
+def test_server_view_is_ciphertexts_keys_and_masked_vectors():
+    xs = [torch.full((20000,), 3.25, dtype=torch.float64) + k for k in range(5)]
+    p = get_protocol("secagg")
+    result = p.aggregate(xs)
+    received = result.received("server")
+    assert {(t.step, t.kind) for t in received} == {("setup", "public_key"), ("share", "ciphertext"),
+                                                    ("input", "ciphertext"), ("reveal", "share")}
+    for t in received:
+        assert t.tensor is None and t.blobs and sum(map(len, t.blobs)) == t.nbytes
+    grid = p.last_run["grid"]
+    for k, x in enumerate(xs):
+        q = grid.encode(k, x)
+        y = np.frombuffer(next(t for t in received if t.sender == f"client{k}" and t.step == "input").blobs[0], "<u4")
+        assert not np.array_equal(y, q) and q.tobytes()[:64] not in b"".join(b for t in received for b in t.blobs)
+        # A constant input, masked: the top byte of y is uniform (chi-square, 255 dof, p ~ 1e-6 cut-off).
+        counts = np.bincount((y >> 24).astype(np.int64), minlength=256)
+        expected = y.size / 256
+        assert ((counts - expected) ** 2 / expected).sum() < 370
+    # Keys are fresh per sum (OS randomness), not seeded: the same inputs under the same seeds mask differently.
+    torch.manual_seed(0)
+    np.random.seed(0)
+    a = p.aggregate(xs).received("server")
+    torch.manual_seed(0)
+    np.random.seed(0)
+    b = p.aggregate(xs).received("server")
+    assert all(ta.blobs != tb.blobs for ta, tb in zip(a, b) if ta.step in ("setup", "input"))
+
+
+def test_masked_vector_is_uncorrelated_with_its_input():
+    gen = torch.Generator().manual_seed(2)
+    xs = [torch.linspace(-4000, 4000, 30000, dtype=torch.float64)]
+    xs += [torch.randn(30000, generator=gen) for _ in range(3)]
+    result = get_protocol("secagg").aggregate(xs)
+    y = np.frombuffer(masked_input(result, "client0"), "<u4")
+    assert abs(np.corrcoef(y.astype(np.float64), xs[0].numpy())[0, 1]) < 0.05  # |r| ~ 0.006 expected
+
+
+def _s_shares_held(p, owner: int, holders: list[int]) -> list[tuple[int, bytes]]:
+    """What a coalition of clients learned in round 2: their decrypted shares of owner's pairwise-key seed."""
+    clients = p.last_run["clients"]
+    return [(clients[v].shares_held[owner][0], clients[v].shares_held[owner][1]) for v in holders]
+
+
+@pytest.mark.parametrize("graph", ["complete", "kregular"])
+def test_coalition_of_t_minus_1_learns_nothing_t_unmask_one_input(graph):
+    gen = torch.Generator().manual_seed(9)
+    xs = [torch.rand(3000, generator=gen, dtype=torch.float64) * 100 for _ in range(9)]
+    p = get_protocol("secagg", graph=graph, degree=4)
+    result = p.aggregate(xs)
+    target, server = 4, p.last_run["server"]
+    t = server.threshold
+    holders = [v for v in server.holders[target] if v != target]
+    advertised_s_pk = next(t_ for t_ in result.received("server") if t_.sender == f"client{target}"
+                           and t_.step == "setup").blobs[0][32:]
+    # t - 1 colluding holders: the combination is not the seed (and Shamir says it is independent of it).
+    wrong = Shamir.combine(_s_shares_held(p, target, holders[:t - 1]))
+    assert wrong != p.last_run["clients"][target].s_seed
+    assert crypto.keypair_from_seed(wrong)[1] != advertised_s_pk
+    # t colluding holders recover the seed ...
+    seed = Shamir.combine(_s_shares_held(p, target, holders[:t]))
+    assert seed == p.last_run["clients"][target].s_seed
+    s_private, s_public = crypto.keypair_from_seed(seed)
+    assert s_public == advertised_s_pk
+    # ... and with the server's view (the survivors' self-mask shares it got in round 4, the public keys,
+    # the masked input) they unmask the target's input exactly, on the grid.
+    b_shares = [(x, b[7:]) for t_ in result.received("server") if t_.step == "reveal" for b in t_.blobs
+                for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 0 and owner == target]
+    b_seed = Shamir.combine(sorted(b_shares)[:t])
+    y = np.frombuffer(next(t_ for t_ in result.received("server") if t_.sender == f"client{target}"
+                           and t_.step == "input").blobs[0], "<u4").copy()
+    y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
+    for v in server.neighbours[target]:
+        mask = crypto.expand(crypto.pair_key(crypto.agree(s_private, server.keys[v][32:]), b"pair-mask", target, v),
+                             y.size, y.dtype)
+        y = y - mask if target < v else y + mask
+    recovered = p.last_run["grid"].decode(y).numpy()
+    assert np.abs(recovered - xs[target].numpy()).max() <= 2.0 ** -(p.last_run["grid"].frac_bits + 1)
+
+
+# --- graph and bytes ---------------------------------------------------------------------------
+
+
+def test_kregular_graph_is_regular_symmetric_and_defaults():
+    for n, k in [(10, 4), (11, 4), (12, 5), (100, 14), (7, 6)]:
+        nb = neighbours("kregular", n, k, 3)
+        assert all(len(s) == min(k, n - 1) for s in nb)
+        assert all(u in nb[v] for u in range(n) for v in nb[u])
+    assert default_degree(100) == 14 and default_degree(1000) == 20 and default_degree(5) == 4
+    assert default_threshold(10) == 7 and default_threshold(1) == 1 and default_threshold(15) == 11
+
+
+def test_upload_per_value_and_sparse_graph_bytes():
+    n = 92000
+    xs = [torch.zeros(n, dtype=torch.float64)] * 10
+    result = get_protocol("secagg").aggregate(xs)
+    assert max(result.bytes_up) / n <= 4.02  # 4 B masked value + keys and shares
+    # Everything but the masked vector grows with the degree under kregular, with K under complete.
+    small = [torch.zeros(10, dtype=torch.float64)] * 40
+    over = {}
+    for graph in ("complete", "kregular"):
+        r = get_protocol("secagg", graph=graph, degree=6).aggregate(small)
+        over[graph] = max(r.bytes_up) - 40
+    assert over["kregular"] < over["complete"] / 4
+
+
+def test_every_byte_is_booked():
+    result = get_protocol("secagg", dropout={3: [1]}).aggregate([torch.ones(7)] * 5)
+    parties = {"server"} | {f"client{k}" for k in range(5)}
+    assert all(t.sender in parties and t.receiver in parties and t.sender != t.receiver for t in result.transfers)
+    assert sum(result.bytes_up) + sum(t.nbytes for t in result.transfers if t.sender == "server") \
+        == sum(t.nbytes for t in result.transfers)
+    assert set(result.phases) == {"protect", "aggregate", "reveal"}
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def test_federation_fedavg_weights_become_the_survivors_weights():
+    """FedAvg's pre-weighted uploads (n_k * w_k and n_k in one message): with client 1 dropped at the
+    masked-input round the revealed sums give the survivors' weighted mean, with no method change."""
+    from privfgl.federation import Federation, Transcript
+
+    fed = Federation(4, get_protocol("secagg", dropout={3: [1]}, threshold=3), Transcript("all"))
+    w = [torch.full((2, 3), float(k + 1)) for k in range(4)]
+    n = [10.0, 20.0, 30.0, 40.0]
+    uploads = [{"w": w[k] * n[k], "n": torch.tensor(n[k])} for k in range(4)]
+    sums = fed.aggregate(0, "model_update", uploads)
+    survivors = [0, 2, 3]
+    expected = sum(w[k] * n[k] for k in survivors) / sum(n[k] for k in survivors)
+    assert torch.allclose(sums["w"] / sums["n"], expected.double(), atol=1e-3)
+    view = fed.transcript.view("server")
+    assert {m.name for m in view} == {"model_update", "model_update:setup", "model_update:share", "model_update:reveal",
+                                      "model_update:sum"}
+    assert all(m.tensors is None for m in view if m.name != "model_update:sum")
+    assert fed.cost()["bytes_up_per_client"][1] < fed.cost()["bytes_up_per_client"][0]  # client 1 sent no masked input
+
+
+
+def test_fedavg_cli_matches_plain(planetoid_root, tmp_path):
+    from privfgl.cli import main
+
+    acc = {}
+    for protocol in ("plain", "secagg"):
+        out = tmp_path / f"{protocol}.json"
+        code = main(["run", "--method", "fedavg", "--dataset", "cora", "--partition", "louvain", "--clients", "10",
+                     "--rounds", "3", "--protocol", protocol, "--data-root", str(planetoid_root), "--offline",
+                     "--no-progress", "--out", str(out)])
+        assert code == 0
+        acc[protocol] = json.loads(out.read_text())["metrics"]["test_acc"]
+    assert abs(acc["secagg"] - acc["plain"]) <= 0.005
+
+
+def test_secagg_collusion_audit_on_a_run(cora):
+    """The audit on a FedAvg run's last sum: t - 1 colluding holders learn nothing, t unmask the target."""
+    from attacks.audit import run_attacks
+    from attacks.secagg_collusion import SecAggCollusion
+    from privfgl.experiment import RunConfig, run
+
+    cfg = RunConfig(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=2, seed=0,
+                    protocol="secagg", progress=False)
+    _, setup = run(cfg, data=cora)
+    below = run_attacks(setup, cfg, [SecAggCollusion(colluders="t-1")])
+    at = run_attacks(setup, cfg, [SecAggCollusion(colluders="t")])
+    assert [f.target for f in below] == [f"client{k}" for k in range(5)]
+    for f in below:
+        assert f.metrics["seed_recovered"] is False and f.metrics["recovered"] is False
+        assert f.metrics["colluders"] == f.metrics["threshold"] - 1 == 3
+    for f in at:
+        assert f.metrics["seed_recovered"] and f.metrics["recovered"], f.metrics
+        assert f.metrics["max_abs_error"] <= 2.0**-16 and f.baseline["recovered"] is False
