@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -124,9 +126,22 @@ def test_method_defaults_apply_inside_a_sweep(tmp_path):
     assert (cfg.rounds, cfg.partition_seed, cfg.method_params) == (1, 42, {"preset": "cora-louvain+"})
 
 
-def test_a_sweep_runs_every_cell_once_and_resumes_only_what_is_missing(tmp_path, planetoid_root):
-    sweep = small(tmp_path, planetoid_root)
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, planetoid_root) -> Path:
+    """SMALL run once (2 cells x 2 seeds); tests copy its results folder."""
+    folder = tmp_path_factory.mktemp("finished")
+    sweep = small(folder, planetoid_root)
     assert run_sweep(sweep, progress=False) == []
+    return sweep.results
+
+
+def copied(finished: Path, tmp_path: Path, planetoid_root: Path, text: str = SMALL):
+    shutil.copytree(finished, tmp_path / "results")
+    return small(tmp_path, planetoid_root, text)
+
+
+def test_a_sweep_runs_every_cell_once_and_resumes_only_what_is_missing(finished, tmp_path, planetoid_root):
+    sweep = copied(finished, tmp_path, planetoid_root)
     paths = [record_path(sweep.results, c, s) for c, s in sweep.tasks]
     assert all(p.is_file() for p in paths) and missing(sweep) == []
     record = json.loads(paths[1].read_text())
@@ -141,13 +156,11 @@ def test_a_sweep_runs_every_cell_once_and_resumes_only_what_is_missing(tmp_path,
     assert json.loads(paths[2].read_text())["sweep"]["cell"] == "local"
 
 
-def test_the_report_has_mean_and_std_over_seeds_and_a_png(tmp_path, planetoid_root):
-    sweep = small(tmp_path, planetoid_root)
-    run_sweep(sweep, progress=False)
+def test_the_report_has_mean_and_std_over_seeds_and_a_png(finished, tmp_path, planetoid_root):
+    sweep = copied(finished, tmp_path, planetoid_root)
     table, files = report(sweep)
     rows = [json.loads(record_path(sweep.results, c, s).read_text())["metrics"]["test_acc"]
             for c, s in sweep.tasks if c.label == "fedavg"]
-    import statistics
     mean, std = statistics.fmean(rows), statistics.stdev(rows)
     line = next(row for row in table.splitlines() if row.startswith("| fedavg |"))
     assert f"{mean:.4f} ± {std:.4f}" in line
@@ -156,12 +169,12 @@ def test_the_report_has_mean_and_std_over_seeds_and_a_png(tmp_path, planetoid_ro
     assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
 
 
-def test_a_docs_page_gets_the_sweeps_block_rewritten_not_appended_twice(tmp_path, planetoid_root):
+def test_a_docs_page_gets_the_sweeps_block_rewritten_not_appended_twice(finished, tmp_path, planetoid_root):
     page = tmp_path / "docs" / "page.md"
     page.parent.mkdir()
     page.write_text("# Page\n\nprose before\n")
-    sweep = small(tmp_path, planetoid_root, SMALL.replace('name = "small"', 'name = "small"\ndoc = "%s"' % page))
-    run_sweep(sweep, progress=False)
+    sweep = copied(finished, tmp_path, planetoid_root,
+                   SMALL.replace('name = "small"', 'name = "small"\ndoc = "%s"' % page))
     report(sweep)
     page.write_text(page.read_text() + "\nprose after\n")
     report(sweep)
@@ -171,24 +184,28 @@ def test_a_docs_page_gets_the_sweeps_block_rewritten_not_appended_twice(tmp_path
     assert "![acc](img/small/acc.png)" in text and (page.parent / "img" / "small" / "acc.png").is_file()
 
 
-def test_paper_numbers_and_record_paths_become_columns(tmp_path, planetoid_root, capsys):
+def test_paper_numbers_and_record_paths_become_columns(finished, tmp_path, planetoid_root, capsys):
     text = SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\ncolumns = ["test_acc", "metrics.test_f1_macro"]').replace(
-        'label = "fedavg"', 'label = "fedavg"\npaper = { test_acc = 0.795 }')
-    path = write(tmp_path, text)
-    args = ["sweep", str(path), "--results", str(tmp_path / "r"), "--data-root", str(planetoid_root), "--offline",
-            "--no-progress"]
-    assert main([*args, "--cells", "local"]) == 0  # only the matching cells run...
-    assert "| local | 2 |" in capsys.readouterr().out
-    assert main([*args, "--cells", "fedavg"]) == 0
+        'label = "fedavg"', 'label = "fedavg"\npaper = { test_acc = 0.795 }')  # a reference: the same cell
+    sweep = copied(finished, tmp_path, planetoid_root, text)
+    for seed in (0, 1):
+        record_path(sweep.results, sweep.cells[1], seed).unlink()
+    args = ["sweep", str(write(tmp_path, text)), "--results", str(sweep.results), "--data-root", str(planetoid_root),
+            "--offline", "--no-progress"]
+    assert main([*args, "--cells", "fedavg"]) == 0  # only the matching cells run (here: none missing)...
+    assert "0 to run" in capsys.readouterr().err
+    assert main([*args, "--cells", "local"]) == 0
     header, _, fedavg, local = capsys.readouterr().out.split("\n\n", 1)[1].splitlines()[:4]
     names = header.strip("| ").split(" | ")
     assert names[names.index("test_acc"):] == ["test_acc", "paper:test_acc", "metrics.test_f1_macro"]
-    assert " | 0.7950 | " in fedavg and " | – | " in local  # ...and the report covers them all
+    assert " | 0.7950 | " in fedavg and " | – | " in local and "| local | 2 |" in local  # ...the report has all
     assert main([*args, "--cells", "nothing"]) == 2
 
 
-def test_a_failing_run_is_reported_and_loses_nothing_else(tmp_path, planetoid_root, monkeypatch):
-    sweep = small(tmp_path, planetoid_root)
+def test_a_failing_run_is_reported_and_loses_nothing_else(finished, tmp_path, planetoid_root, monkeypatch):
+    sweep = copied(finished, tmp_path, planetoid_root)
+    record_path(sweep.results, sweep.cells[1], 1).unlink()
+    record_path(sweep.results, sweep.cells[0], 0).unlink()
     import privfgl.experiment
     real = privfgl.experiment.run
 
@@ -199,24 +216,24 @@ def test_a_failing_run_is_reported_and_loses_nothing_else(tmp_path, planetoid_ro
     monkeypatch.setattr(privfgl.experiment, "run", flaky)
     failures = run_sweep(sweep, progress=False)
     assert failures == ["local, seed 1: RuntimeError: disk on fire"]
-    assert [(c.label, s) for c, s in missing(sweep)] == [("local", 1)]
+    assert [(c.label, s) for c, s in missing(sweep)] == [("local", 1)]  # fedavg seed 0 ran after it
 
 
-def test_parallel_jobs_write_the_same_records(tmp_path, planetoid_root):
-    (tmp_path / "b").mkdir()
-    one, two = small(tmp_path, planetoid_root), small(tmp_path / "b", planetoid_root)
-    assert run_sweep(one, progress=False) == [] and run_sweep(two, jobs=2, progress=False) == []
-    for cell, seed in one.tasks:
-        a = json.loads(record_path(one.results, cell, seed).read_text())
+def test_parallel_jobs_write_the_same_records(finished, tmp_path, planetoid_root):
+    two = small(tmp_path, planetoid_root)
+    assert run_sweep(two, jobs=2, progress=False) == []
+    for cell, seed in two.tasks:
+        a = json.loads(record_path(finished, cell, seed).read_text())
         b = json.loads(record_path(two.results, cell, seed).read_text())
         assert b["config"]["threads"] == 1
         assert abs(a["metrics"]["test_acc"] - b["metrics"]["test_acc"]) < 0.02  # thread count changes float sums
 
 
-def test_cli_sweep_and_its_bad_inputs(tmp_path, planetoid_root, capsys):
-    path = write(tmp_path, SMALL)
-    args = ["sweep", str(path), "--results", str(tmp_path / "r"), "--data-root", str(planetoid_root), "--offline",
-            "--no-progress"]
+def test_cli_sweep_and_its_bad_inputs(finished, tmp_path, planetoid_root, capsys):
+    sweep = copied(finished, tmp_path, planetoid_root)
+    record_path(sweep.results, sweep.cells[0], 1).unlink()
+    args = ["sweep", str(write(tmp_path, SMALL)), "--results", str(sweep.results), "--data-root", str(planetoid_root),
+            "--offline", "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "| fedavg | 2 |" in out and "written:" in out

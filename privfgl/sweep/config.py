@@ -50,8 +50,9 @@ from privfgl.errors import ConfigError
 
 # Cell options that are not run options: the sweep handles them.
 SWEEP_OPTIONS = ("attacks", "adversary", "target_epsilon", "sigma", "label", "paper")
-# Options that say where or how to run, not what: they do not change a cell's identity (its key).
-ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads")
+# Options that say where or how to run, or what to compare with, not what runs: they do not change
+# a cell's identity (its key).
+ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads", "paper")
 
 
 @dataclass(frozen=True)

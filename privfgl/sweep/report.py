@@ -98,7 +98,6 @@ def record_row(record: dict, extra: tuple[str, ...] = ()) -> dict:
            "seconds": record["time"]["total_s"]}
     row.update(_attack_columns(record.get("attacks", [])))
     row.update({path: record_value(record, path) for path in extra})
-    row.update({f"paper:{k}": v for k, v in (s["options"].get("paper") or {}).items()})
     return row
 
 
@@ -108,8 +107,9 @@ def collect(sweep: Sweep) -> list[dict]:
     for cell, seed in sweep.tasks:
         path = record_path(sweep.results, cell, seed)
         if path.is_file():
-            rows.append(record_row(json.loads(path.read_text()),
-                                   tuple(c for c in sweep.columns if c.startswith(RECORD_BLOCKS))))
+            row = record_row(json.loads(path.read_text()), tuple(c for c in sweep.columns if c.startswith(RECORD_BLOCKS)))
+            row.update({f"paper:{k}": v for k, v in (cell.options.get("paper") or {}).items()})  # as configured now
+            rows.append(row)
     return rows
 
 
