@@ -10,6 +10,9 @@ from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.gradient_inversion import GradientInversion
 from attacks.he_key_recovery import HEKeyRecovery
 from attacks.label_inference import LabelInference
+from attacks.link_stealing import LinkStealing
+from attacks.membership import Membership
+from attacks.secagg_collusion import SecAggCollusion
 from attacks.method_uploads import for_method
 from attacks.participation import Participation
 from attacks.split_decoder import SplitDecoder
@@ -24,7 +27,9 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery,
                                     "dp-noise-removal": DPNoiseRemoval, "participation": Participation,
                                     "split-features": SplitFeatures, "split-labels": SplitLabels,
-                                    "split-topology": SplitTopology, "split-decoder": SplitDecoder}
+                                    "split-topology": SplitTopology, "split-decoder": SplitDecoder,
+                                    "membership": Membership, "link-stealing": LinkStealing,
+                                    "secagg-collusion": SecAggCollusion}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -90,7 +95,9 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "dp-noise-removal": ("relative_rmse", "max_abs_error"), "participation": ("accuracy", "f1", "exact_rounds"),
              "split-features": ("cosine", "reid_top1", "reid_auc", "sample_cosine"), "split-labels": ("ari", "label_acc"),
              "split-topology": ("edges_received", "row_share", "edge_share"),
-             "split-decoder": ("sample_cosine", "sample_reid_auc", "cosine", "reid_top1", "reid_auc", "public_cosine")}
+             "split-decoder": ("sample_cosine", "sample_reid_auc", "cosine", "reid_top1", "reid_auc", "public_cosine"),
+             "membership": ("auc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.1", "epsilon_lb", "accountant_epsilon", "dp_covers"),
+             "link-stealing": ("auc", "ap"), "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

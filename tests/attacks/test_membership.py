@@ -1,0 +1,154 @@
+"""Membership inference (attacks.membership): beats the guess on an overfitted plain Cora run, attacks
+only the global model under crypten, runs under DP with its empirical ε lower bound below the
+accountant's ε, and reads only its view and aux."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from attacks import parse_attack, run_attacks
+from attacks.membership import Membership
+from privfgl.cli import main
+from privfgl.experiment import RunConfig, run
+from privfgl.training import LocalTrainers
+from tests.view_checks import reachable
+
+
+def overfitted(**kw) -> RunConfig:
+    """Cora, Louvain, 5 clients, 30 rounds × 3 epochs without weight decay or dropout: members' loss drops."""
+    settings = dict(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=30, local_epochs=3,
+                    weight_decay=0.0, dropout=0.0, hidden=128, transcript="last", progress=False, download=False)
+    settings.update(kw)
+    return RunConfig(**settings)
+
+
+def by_target(setup, cfg, spec):
+    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}
+
+
+@pytest.fixture(scope="module")
+def plain(cora):
+    cfg = overfitted()
+    _, setup = run(cfg, data=cora)
+    return cfg, setup
+
+
+def test_loss_attack_beats_the_guess_on_the_global_and_the_client_models(plain):
+    cfg, setup = plain
+    out = by_target(setup, cfg, "membership")
+    g = out["global"]
+    assert g.metrics["members"] == g.metrics["non_members"] > 400
+    assert g.metrics["auc"] > 0.6 > g.baseline["auc"] + 0.05
+    assert g.metrics["tpr_at_fpr_0.1"] > g.baseline["tpr_at_fpr_0.1"]
+    assert g.metrics["epsilon_lb"] > 0  # an unprotected model: a positive certified ε at 95 %
+    assert g.metrics["accountant_epsilon"] is None and g.metrics["dp_covers"] is None
+    clients = [out[f"client{k}"].metrics["auc"] for k in range(5)]
+    assert sum(clients) / 5 > 0.6
+
+
+def test_shadow_attack_beats_the_guess(plain):
+    cfg, setup = plain
+    out = by_target(setup, cfg, "membership:variant=shadow,target=global,shadows=2,epochs=40")
+    assert out["global"].metrics["variant"] == "shadow"
+    assert out["global"].metrics["auc"] > 0.58
+
+
+def test_under_crypten_only_the_global_model_is_attacked(cora):
+    cfg = overfitted(protocol="crypten", rounds=2, clients=3)
+    _, setup = run(cfg, data=cora)
+    out = by_target(setup, cfg, "membership")
+    assert all("no_input" in out[f"client{k}"].metrics for k in range(3))
+    assert "auc" in out["global"].metrics
+
+
+def test_dp_fedavg_bound_stays_below_the_accountants_epsilon(cora):
+    # Central Gaussian DP on the update, 10 releases: the global model is covered by the accountant's ε;
+    # the lower bound, at 95 % confidence, must not exceed it.
+    cfg = overfitted(method="dp-fedavg", rounds=10, dp="gaussian:sigma=0.8,clip=1.0,on=update,mode=central",
+                     transcript="all")  # a delta needs the global model it started from
+    _, setup = run(cfg, data=cora)
+    out = by_target(setup, cfg, "membership")
+    g = out["global"]
+    eps = g.metrics["accountant_epsilon"]
+    assert eps is not None and g.metrics["dp_covers"] is True and g.metrics["confidence"] == 0.95
+    assert g.metrics["epsilon_lb"] <= eps and g.metrics["epsilon_lb_bonferroni"] <= eps
+    assert out["client0"].metrics["dp_covers"] is False  # central mode: the server saw clipped, un-noised uploads
+
+
+def test_dp_sgd_runs_and_its_bound_stays_below_epsilon(bow_graph):
+    cfg = RunConfig(method="dp-sgd", dataset="bow", partition="louvain", clients=3, rounds=2, local_epochs=1,
+                    hidden=16, transcript="all", progress=False, method_params={"sigma": 1.0, "seed": 3})
+    _, setup = run(cfg, data=bow_graph)
+    out = by_target(setup, cfg, "membership")
+    assert set(out) == {"global", "client0", "client1", "client2"}
+    for f in out.values():
+        assert f.metrics["dp_covers"] is True and f.metrics["epsilon_lb"] <= f.metrics["accountant_epsilon"]
+
+
+def test_message_dp_in_local_mode_covers_every_upload(bow_graph):
+    cfg = RunConfig(method="fedavg", dataset="bow", partition="louvain", clients=3, rounds=3, hidden=16,
+                    dp="gaussian:sigma=2.0,clip=1.0,on=update,mode=local", transcript="last", progress=False)
+    record, setup = run(cfg, data=bow_graph)
+    out = by_target(setup, cfg, "membership")
+    for f in out.values():
+        assert f.metrics["accountant_epsilon"] == pytest.approx(record["privacy"]["epsilon"])
+        assert f.metrics["dp_covers"] is True and f.metrics["epsilon_lb"] <= f.metrics["accountant_epsilon"]
+
+
+class Spy(Membership):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.received = []
+
+    def attack(self, view, aux):
+        self.received.append((view, aux))
+        return super().attack(view, aux)
+
+
+def test_membership_reads_only_its_view_and_aux(plain):
+    cfg, setup = plain
+    spy = Spy(variant="shadow", clients=[0], shadows=1, epochs=2)
+    run_attacks(setup, cfg, [spy])
+    assert len(spy.received) == 2
+    private = {t.untyped_storage().data_ptr() for c in setup.clients
+               for t in (c.x, c.y, c.edge_index, c.train_mask, c.val_mask, c.test_mask)}
+    for view, aux in spy.received:
+        for o in reachable([view, aux]):
+            assert not isinstance(o, (Data, LocalTrainers)) and o is not setup and o is not setup.federation
+            if isinstance(o, torch.Tensor):
+                assert o.untyped_storage().data_ptr() not in private, "a tensor shares memory with a client's data"
+                assert o.dtype != torch.bool or o.numel() != aux.candidates.shape[0], "a membership mask in the aux"
+
+
+def test_membership_from_the_cli(tmp_path, planetoid_root, capsys):
+    out = tmp_path / "audit.json"
+    assert main(["audit", "--method", "dp-fedavg", "--dataset", "cora", "--clients", "3", "--rounds", "2",
+                 "--dp", "gaussian:sigma=1.0,clip=1.0,on=update,mode=central", "--data-root", str(planetoid_root),
+                 "--offline", "--no-progress", "--attack", "membership:target=global", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    (f,) = record["attacks"]
+    assert f["metrics"]["accountant_epsilon"] == pytest.approx(record["privacy"]["epsilon"])
+    assert f["metrics"]["epsilon_lb"] <= record["privacy"]["epsilon"]
+    assert "epsilon_lb" in capsys.readouterr().out
+
+
+def test_canaries_are_memorised_more_than_real_nodes_and_tighten_the_bound(cora):
+    from attacks.canaries import run_with_canaries
+    cfg = overfitted(rounds=20)
+    _, setup = run_with_canaries(cfg, cora, per_client=40, seed=1)
+    canary = by_target(setup, cfg, "membership:target=global,candidates=canaries")["global"]
+    real = by_target(setup, cfg, "membership:target=global")["global"]
+    assert canary.metrics["members"] + canary.metrics["non_members"] == 200
+    assert canary.metrics["auc"] > max(0.9, real.metrics["auc"])
+    assert canary.metrics["epsilon_lb_bonferroni"] > real.metrics["epsilon_lb_bonferroni"]
+    setup, cfg = plain_run(cora)
+    no_canaries = by_target(setup, cfg, "membership:target=global,candidates=canaries")["global"]
+    assert "no candidate" in no_canaries.metrics["no_input"]
+
+
+def plain_run(cora):
+    cfg = overfitted(rounds=1, clients=3)
+    return run(cfg, data=cora)[1], cfg
