@@ -99,6 +99,7 @@ def line_figure(series: Sequence[Series], *, xlabel: str, ylabel: str, title: st
     """The matplotlib Figure of `line_plot` (Agg backend; the caller closes it).
 
     xticks: where to put labelled x ticks (default: matplotlib's, or the data's x values when one is inf).
+    legend_loc: a matplotlib location, or "below" (under the axes, two columns: for many entries).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -147,7 +148,11 @@ def line_figure(series: Sequence[Series], *, xlabel: str, ylabel: str, title: st
     if title:
         ax.set_title(_wrap(title, 75), fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc=legend_loc, fontsize=8)
+    if legend_loc == "below":  # many entries: under the axes, clear of the lines
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
+        fig.set_size_inches(figsize[0], figsize[1] + 0.25 * math.ceil(len(ax.get_legend_handles_labels()[0]) / 2))
+    else:
+        ax.legend(loc=legend_loc, fontsize=8)
     fig.tight_layout()
     return fig
 

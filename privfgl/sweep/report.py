@@ -145,6 +145,8 @@ def _fmt(value, std=None) -> str:
         return "–"
     if not _is_number(value):
         return str(value)
+    if isinstance(value, int) or (std is None and float(value).is_integer() and abs(value) < 1e5):
+        return str(int(value)) if std is None else f"{value} ± {std:.4f}"
     if abs(value) >= 1e5:  # e.g. the ε of a tiny σ
         return f"{value:.3g}"
     digits = 4 if abs(value) < 10 else 2
@@ -229,13 +231,15 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str) -> None:
                     series.append(plots.Series(label, *zip(*points), color=color, linestyle=style,
                                                marker="o" if not suffix else ""))
             if spec.missing_x == "reference":
-                refs += [(f"{r['cell']}: {axis_label(y)}", r[y], r.get(f"{y}:std") or 0.0) for r in group
+                refs += [(r["cell"] if len(spec.y) == 1 else f"{r['cell']}: {axis_label(y)}", r[y],
+                          r.get(f"{y}:std") or 0.0) for r in group
                          if r.get(spec.x) is None and _is_number(r.get(y))]
     references = [plots.Reference(label, value, err, color=f"C{len(series) + j}")
                   for j, (label, value, err) in enumerate(refs)]
     xs = sorted({p for s in series for p in s.x})
     ylabel = spec.ylabel or (axis_label(spec.y[0]) if len(spec.y) == 1 else "score")
     plots.line_plot(series, path, references=references, logx=spec.logx, xticks=xs or None,
+                    legend_loc="below" if len(series) + len(references) > 5 else "best",
                     xlabel=spec.xlabel or axis_label(spec.x), ylabel=ylabel, title=f"{spec.title} ({note})")
 
 
