@@ -21,6 +21,12 @@ architecture are known (public protocol settings). Variants:
   M_i exactly; equal rows are grouped into signatures (plus residuals left unexplained, matching-
   pursuit style), and every word row is split over them by non-negative least squares:
   X̂[:, j] = nnls(M̂ᵀ, row_j). Unordered (scored after matching the rows to the client's nodes).
+- `multistep` (attacks/multistep_inversion.py; Dimitrov et al. 2022, Geiping et al. 2020): the
+  training privfgl runs by default (Adam from a fresh state, `local_epochs` full-batch steps,
+  dropout) replayed differentiably from the known global model; features of the client's nodes and
+  soft labels fitted so the simulated update matches the observed one (cosine). Dropout masks are
+  marginalised (`masks=0`: expectation; `masks=S`: S sampled masks averaged). Round 0 only under
+  Adam (privfgl's clients keep Adam's moments across rounds); graph known (aux) only.
 
 Labels (iDLG/EC-LDA for a batch): the last bias's gradient is mean_i(p_i − y_i), so the count of
 class c is n·(p̄_c − g_c), with p̄ the model's mean prediction on prior-valued features.
@@ -39,11 +45,13 @@ from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
 from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
                              permuted_words_baseline, unordered_scores)
+from attacks.multistep_inversion import fit_inputs
 from attacks.updates import ObservedUpdate, aggregate_update, client_update
 from attacks.view import AdversaryView
 
-VARIANTS = ("dlg", "idlg", "ig", "dictionary")
+VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep")
 GRAPH_KNOWLEDGE = ("known", "unknown")
+REPLAYABLE = ("fedavg", "fedprox", "dp-fedavg")  # multistep: local training = privfgl.training's (no DP-SGD)
 NOISE_HANDLING = ("auto", "ignore")  # dictionary variant on DP-noised uploads
 NOISE_FACTOR = 1.2  # rows and residuals under NOISE_FACTOR·ν are noise (≈ 2 std of a noise row's norm at h = 64)
 
@@ -66,6 +74,8 @@ class InversionAux:
     iters: int = 300
     step_size: float = 0.1
     seed: int = 0
+    masks: int = 0  # multistep: dropout marginalised by expectation (0) or S sampled masks
+    labels: torch.Tensor | None = None  # multistep, labels=known: the training nodes' labels as declared aux
 
 
 @dataclass(frozen=True)
@@ -290,7 +300,8 @@ class GradientInversion(Attack):
     name = "gradient-inversion"
 
     def __init__(self, variant: str = "ig", graph: str = "known", round: int = 0, iters: int = 300,
-                 clients: list[int] | None = None, seed: int = 0, noise: str = "auto"):
+                 clients: list[int] | None = None, seed: int = 0, noise: str = "auto", masks: int = 0,
+                 labels: str = "fit"):
         if variant not in VARIANTS:
             raise ValueError(f"gradient-inversion variant {variant!r}; valid: {', '.join(VARIANTS)}")
         if graph not in GRAPH_KNOWLEDGE:
@@ -298,8 +309,16 @@ class GradientInversion(Attack):
         if noise not in NOISE_HANDLING:
             raise ValueError(f"gradient-inversion noise {noise!r}; valid: {', '.join(NOISE_HANDLING)} "
                              "(auto: read the noise level off uploads the run's --dp spec noises; ignore: never)")
-        self.variant, self.graph, self.round, self.iters, self.clients, self.seed, self.noise = \
-            variant, graph, round, iters, clients, seed, noise
+        if variant == "multistep" and graph != "known":
+            raise ValueError("gradient-inversion variant multistep needs graph=known (the client's edges as aux)")
+        if labels not in ("fit", "known") or (labels == "known" and variant != "multistep"):
+            raise ValueError(f"gradient-inversion labels {labels!r}; valid: fit, or known with variant=multistep "
+                             "(the training nodes' labels as declared aux: an upper bound for the features)")
+        if masks < 0:
+            raise ValueError(f"gradient-inversion masks {masks!r}; valid: 0 (expected network) or a count of sampled masks")
+        self.variant, self.graph, self.round, self.iters, self.clients, self.seed, self.noise, self.masks = \
+            variant, graph, round, iters, clients, seed, noise, masks
+        self.labels = labels
         self._aggregate: tuple[AdversaryView, int, Reconstruction] | None = None  # one aggregate, K scorings
 
     def targets(self, view: AdversaryView, knowledge: Knowledge, num_clients: int) -> list[str]:
@@ -314,13 +333,21 @@ class GradientInversion(Attack):
         if self.graph == "known" and not target.startswith("aggregate") and self.variant != "dictionary":
             c = setup.clients[client_index(target)]
             graph = LocalGraph(c.edge_index.clone(), int(c.num_nodes), c.train_mask.nonzero().view(-1).clone())
-        return InversionAux(target, self.round, knowledge, self.variant, graph, self.iters, seed=self.seed)
+        labels = None
+        if self.labels == "known" and graph is not None:
+            c = setup.clients[client_index(target)]
+            labels = c.y[graph.train_idx].clone()
+        return InversionAux(target, self.round, knowledge, self.variant, graph, self.iters, seed=self.seed,
+                            masks=self.masks, labels=labels)
 
     def attack(self, view: AdversaryView, aux: InversionAux) -> Reconstruction:
         k = aux.knowledge
+        if aux.variant == "multistep":
+            return self._multistep(view, aux)
         if k.model != "gcn" or k.optimizer != "sgd" or k.dropout != 0:
             raise NoInput(f"needs a GCN trained with --optimizer sgd and --dropout 0 (got {k.model}, "
-                          f"{k.optimizer}, dropout {k.dropout}): with Adam's first step only gradient signs leak")
+                          f"{k.optimizer}, dropout {k.dropout}): with Adam's first step only gradient signs leak "
+                          "(variant=multistep replays Adam and dropout)")
         update = aggregate_update(view, aux.round) if aux.target.startswith("aggregate") \
             else client_update(view, client_index(aux.target), aux.round)
         if update is None:
@@ -353,6 +380,27 @@ class GradientInversion(Attack):
             features = features[aux.graph.train_idx]
         labels = probs.argmax(dim=1) if aux.variant == "dlg" else assign_labels(probs, _round_counts(counts, n))
         return Reconstruction(features, labels, aux.graph is not None, _round_counts(counts, n))
+
+    def _multistep(self, view: AdversaryView, aux: InversionAux) -> Reconstruction:
+        """The `multistep` variant: the client's local training replayed and its inputs fitted."""
+        k = aux.knowledge
+        if k.model != "gcn" or k.method not in REPLAYABLE:
+            raise NoInput(f"multistep replays the local training of a GCN under {', '.join(REPLAYABLE)} "
+                          f"(got {k.model}, {k.method})")
+        if k.optimizer == "adam" and aux.round > 0:
+            raise NoInput(f"round {aux.round}: the clients' Adam moments carry over from earlier rounds "
+                          "(privfgl keeps each client's optimizer), unknown to the server; Adam's state is fresh in round 0 only")
+        if aux.target.startswith("aggregate") or aux.graph is None:
+            raise NoInput("multistep needs one client's update and its graph (graph=known)")
+        update = client_update(view, client_index(aux.target), aux.round)
+        if update is None:
+            raise NoInput(f"no plaintext update of {aux.target} in round {aux.round} in the {view.party}'s view")
+        adj = gcn_normalize(dense_adjacency(aux.graph.edge_index, aux.graph.num_nodes))
+        features, probs = fit_inputs(update.before, update.delta(), adj, aux.graph.train_idx, k, aux.iters,
+                                     masks=aux.masks, seed=aux.seed, labels=aux.labels)
+        n = int(aux.graph.train_idx.numel())
+        return Reconstruction(features[aux.graph.train_idx], probs.argmax(dim=1), True,
+                              _round_counts(probs.sum(0), n))
 
     def truth(self, setup, target: str) -> InversionTruth:
         c = setup.clients[client_index(target)]
