@@ -256,3 +256,75 @@ def test_the_shipped_sweeps_are_valid(tmp_path):
         sweep = load_sweep(path, results=tmp_path / path.stem)
         check_cells(sweep)
         assert sweep.cells and sweep.plots, path
+
+
+class _Captured(Exception):
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+
+def _script(name: str):
+    import importlib.util
+    import sys
+    sys.path.insert(0, str(REPO / "experiments"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _capture(module, call):
+    """The RunConfig a script's function would run (its `run` replaced by a catch)."""
+    def fake_run(cfg, data=None):
+        raise _Captured(cfg)
+    real, module.run = module.run, fake_run
+    try:
+        call()
+    except _Captured as c:
+        return c.cfg
+    finally:
+        module.run = real
+    raise AssertionError("the script did not run anything")
+
+
+def _script_configs(name: str, seed: int) -> dict[str, object]:
+    """label -> the RunConfig the reproduction script runs for the cell of that label."""
+    import argparse
+    m = _script(name)
+    if name == "reproduce_fedlog":
+        names = {"fedlog": "FedLoG", "fedavg": "FedAvg", "local": "Local"}
+        return {f"{names[meth]}, {d} K={k}": m.config(meth, d, k, seed, "plain", 100, {})
+                for d in ("cora", "citeseer") for k in m.KS for meth in names}
+    if name == "reproduce_fedomd":
+        return {f"FedOMD, {d} M={k}": _capture(m, lambda d=d, k=k: m.one_run(d, k, seed, "plain", 1000, {}, Path("/x")))
+                for d, k in m.PAPER}
+    if name == "reproduce_fedgpl":
+        return {f"{m.NAMES[(f, p)]}, {d}": _capture(m, lambda d=d, f=f, p=p: m.one_run(d, f, p, seed, 50, {}, Path("/x")))
+                for d in ("cora", "citeseer") for f, p in (("hidta", "vpg"), ("fedavg", "vpg"))}
+    if name == "reproduce_fedspray":
+        args = argparse.Namespace(partition="louvain+", clients=10, rounds=100, model="gcn", data_root=None,
+                                  method_param=[])
+        labels = {"fedspray": "FedSpray (paper defaults)", "fedspray-code": "FedSpray, preset=code", "fedavg": "FedAvg",
+                  "fedavg-matched": "FedAvg, matched settings", "local": "Local"}
+        return {f"{labels[v]}, {d}": m.config(v, d, seed, "plain", args) for d in ("cora", "citeseer") for v in labels}
+    args = argparse.Namespace(data_root=None)
+    names = {"standalone": "Standalone", "fedavg": "FedAvg (1 round + FT)", "opfgl": "O-pFGL"}
+    return {f"{names[meth]}, {d} {p}": m.config(meth, d, p, seed, "plain", args)
+            for d, p in m.PAPER for meth in names}
+
+
+@pytest.mark.parametrize("name", ["reproduce_opfgl", "reproduce_fedlog", "reproduce_fedomd", "reproduce_fedgpl",
+                                  "reproduce_fedspray"])
+def test_each_reproduction_sweep_runs_exactly_its_scripts_runs(name):
+    """The sweep config of a reproduction gives, cell by cell, the RunConfig its script runs (so the
+    script's measured records are the sweep's); where and how they run is not compared."""
+    import dataclasses
+    ignored = {"progress", "transcript", "data_root", "download", "method_defaults", "threads"}
+    sweep = load_sweep(REPO / "experiments" / f"{name}.toml")
+    expected = _script_configs(name, seed=1)
+    assert sorted(c.label for c in sweep.cells) == sorted(expected)
+    for cell in sweep.cells:
+        ours, theirs = run_config(cell, 1, None, False)[0], expected[cell.label]
+        differ = {f.name: (getattr(ours, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(ours)
+                  if f.name not in ignored and getattr(ours, f.name) != getattr(theirs, f.name)}
+        assert differ == {}, (cell.label, differ)
