@@ -8,7 +8,7 @@ process start-up are excluded from the rows and printed separately.
 
     python experiments/bench_protocols.py --quick           # small grid, in-process backends
     python experiments/bench_protocols.py                   # n 1e3..1e6, K 2..100 (skips noted)
-    python experiments/bench_protocols.py --multiprocess    # add crypten multi-process rows
+    python experiments/bench_protocols.py --multiprocess    # add crypten and secagg multi-process rows
     python experiments/bench_protocols.py --backends secagg secagg:kregular --clients 2 10 100
 
 `secagg` rows (complete graph, Bonawitz et al.) and `secagg:kregular` rows (SecAgg+, default degree
@@ -39,6 +39,8 @@ BACKENDS: dict[str, tuple[str, dict, str]] = {
     "secagg:kregular": ("secagg", {"graph": "kregular"}, "cheap"),
 }
 MP_LABEL = "crypten:mp"
+MP_LABELS: dict[str, tuple[str, dict]] = {MP_LABEL: ("crypten", {"mode": "multiprocess"}),
+                                          "secagg:mp": ("secagg", {"mode": "multiprocess"})}
 
 
 def too_slow(cost: str, clients: int, size: int) -> str | None:
@@ -83,8 +85,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="n in {1e3, 1e4, 92000}, K in {2, 10}")
     parser.add_argument("--sizes", type=float, nargs="+", help="vector sizes n (default 1e3 1e4 1e5 1e6)")
     parser.add_argument("--clients", type=int, nargs="+", help="client counts K (default 2 10 100)")
-    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS) + [MP_LABEL], help="subset of rows")
-    parser.add_argument("--multiprocess", action="store_true", help=f"add {MP_LABEL} rows")
+    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS) + list(MP_LABELS), help="subset of rows")
+    parser.add_argument("--multiprocess", action="store_true", help=f"add {', '.join(MP_LABELS)} rows")
     parser.add_argument("--all", action="store_true", help="do not skip the slow combinations")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -93,15 +95,16 @@ def main() -> None:
 
     sizes = [int(s) for s in (args.sizes or ([1e3, 1e4, 92000] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
     clients = args.clients or ([2, 10] if args.quick else [2, 10, 100])
-    labels = args.backends or list(BACKENDS) + ([MP_LABEL] if args.multiprocess else [])
+    labels = args.backends or list(BACKENDS) + (list(MP_LABELS) if args.multiprocess else [])
     if "plain" not in labels:
         labels = ["plain"] + labels  # the ratio column needs it
 
     protocols, setup = {}, {}
     for label in labels:
         t0 = time.perf_counter()
-        if label == MP_LABEL:
-            protocols[label] = get_protocol("crypten", mode="multiprocess")
+        if label in MP_LABELS:
+            name, params = MP_LABELS[label]
+            protocols[label] = get_protocol(name, **params)
         else:
             name, params, _ = BACKENDS[label]
             protocols[label] = get_protocol(name, **params)
@@ -122,7 +125,7 @@ def main() -> None:
                 reference += x.numpy()
             plain_total = None
             for label in labels:
-                cost = "mp" if label == MP_LABEL else BACKENDS[label][2]
+                cost = "mp" if label in MP_LABELS else BACKENDS[label][2]
                 note = None if args.all else too_slow(cost, k, size)
                 if note:
                     skipped.append(f"{label} K={k} n={size}: {note}")
@@ -152,7 +155,7 @@ def main() -> None:
     print()
     for label in labels:
         extra = ""
-        if label == MP_LABEL:
+        if label in MP_LABELS:
             extra = f"; process start-up {protocols[label].startup_seconds:.2f} s (last start)"
         print(f"setup {label}: {setup[label]:.3f} s{extra}")
     for line in skipped:

@@ -9,7 +9,8 @@ over Z_2^64; ``mode="inprocess"`` (default) or ``mode="multiprocess"``, one OS p
 ``ckks`` and ``bfv`` (TenSEAL/SEAL homomorphic encryption; see ``protocols.tenseal_backend`` for
 the presets, their security, bytes per value and error bounds), ``secagg`` (pairwise masking with
 Shamir-shared seeds, Bonawitz et al. 2017 / SecAgg+; survives client dropout up to a threshold; see
-``protocols.secagg``).
+``protocols.secagg``; ``mode="multiprocess"``: one OS process per party over torch.distributed,
+``protocols.secagg.multiprocess``).
 
 Weighted sums: pre-weight on the client side (client k passes w_k * x_k); divide after the reveal.
 Integer inputs (counts) are summed exactly to int64 by plain, crypten, bfv and secagg; use bfv (preset
@@ -30,6 +31,7 @@ from protocols.base import AggregationResult, PartyFailure, Protocol, ProtocolEr
 
 PROTOCOLS: tuple[str, ...] = ("plain", "crypten", "ckks", "bfv", "secagg")
 CRYPTEN_MODES: tuple[str, ...] = ("inprocess", "multiprocess")
+SECAGG_MODES: tuple[str, ...] = ("inprocess", "multiprocess")
 
 _BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
     ("plain", ""): ("protocols.plain", "PlainProtocol"),
@@ -37,7 +39,8 @@ _BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
     ("crypten", "multiprocess"): ("protocols.crypten_multiprocess", "CryptenSession"),
     ("ckks", ""): ("protocols.tenseal_backend", "CKKSProtocol"),
     ("bfv", ""): ("protocols.tenseal_backend", "BFVProtocol"),
-    ("secagg", ""): ("protocols.secagg", "SecAggProtocol"),
+    ("secagg", "inprocess"): ("protocols.secagg", "SecAggProtocol"),
+    ("secagg", "multiprocess"): ("protocols.secagg.multiprocess", "SecAggSession"),
 }
 
 
@@ -50,13 +53,17 @@ def get_protocol(name: str, **params) -> Protocol:
         mode = params.pop("mode", "inprocess")
         if mode not in CRYPTEN_MODES:
             raise ProtocolError(f"mode: unknown crypten mode {mode!r}; valid: {', '.join(CRYPTEN_MODES)}")
+    elif name == "secagg":
+        mode = params.pop("mode", "inprocess")
+        if mode not in SECAGG_MODES:
+            raise ProtocolError(f"mode: unknown secagg mode {mode!r}; valid: {', '.join(SECAGG_MODES)}")
     module, cls_name = _BACKENDS[(name, mode)]
     cls = getattr(importlib.import_module(module), cls_name)
     signature = inspect.signature(cls.__init__).parameters.values()
     valid = [p.name for p in signature if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     unknown = sorted(set(params) - set(valid))
     if unknown:
-        extra = ["mode"] if name == "crypten" else []
+        extra = ["mode"] if name in ("crypten", "secagg") else []
         raise ProtocolError(
             f"{name}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(extra + valid) or 'none'}"
         )

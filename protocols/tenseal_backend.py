@@ -75,6 +75,7 @@ symmetric seeded encryption, no evaluation keys. ``bfv sum`` meets <= 16 bytes/v
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import shutil
 import tempfile
@@ -193,15 +194,95 @@ class _Server:
         return sums
 
 
+def _encrypt_chunks(flat: np.ndarray, slots: int, encode, encryptor, symmetric: bool, serializer) -> list[bytes]:
+    """One client's flat vector -> serialized ciphertexts, one per chunk of ``slots`` values."""
+    sa = _sealapi()
+    blobs = []
+    for start in range(0, flat.size, slots):
+        plain = sa.Plaintext()
+        encode(flat[start : start + slots].tolist(), plain)
+        if symmetric:
+            blobs.append(serializer.dump(encryptor.encrypt_symmetric(plain)))
+        else:
+            ct = sa.Ciphertext()
+            encryptor.encrypt(plain, ct)
+            blobs.append(serializer.dump(ct))
+    return blobs
+
+
+_WORKER: dict = {}  # in an encryption worker process: its context, encoder, encryptor
+
+
+def _worker_init(scheme: str, parameter_bytes: bytes, key_bytes: bytes, symmetric: bool, scale: float,
+                 slots: int) -> None:
+    """An encryption worker (``workers`` > 1) acts for some of the clients: it holds what they hold,
+    the parameters and the encryption key (the public key; under the symmetric presets the secret
+    key, which every client holds there), and SEAL's own fresh randomness."""
+    sa = _sealapi()
+    serializer = _Serializer()
+    context = _context(serializer.load_parameters(parameter_bytes))
+    key = sa.SecretKey() if symmetric else sa.PublicKey()
+    key.load(context, serializer._write(key_bytes))
+    if scheme == "ckks":
+        encoder = sa.CKKSEncoder(context)
+
+        def encode(values, plain):
+            encoder.encode(values, scale, plain)
+    else:
+        encoder = sa.BatchEncoder(context)
+        encode = encoder.encode
+    _WORKER.update(context=context, encryptor=sa.Encryptor(context, key), encode=encode, symmetric=symmetric,
+                   slots=slots, serializer=serializer)
+
+
+def _worker_encrypt(flat: np.ndarray) -> tuple[str, list[int]]:
+    """Encrypt one client's vector; the ciphertexts come back through a file (in /dev/shm when
+    available: one copy, not a pickle through the pipe), as (path, their lengths)."""
+    w = _WORKER
+    blobs = _encrypt_chunks(flat, w["slots"], w["encode"], w["encryptor"], w["symmetric"], w["serializer"])
+    fd, path = tempfile.mkstemp(prefix="privfgl-he-upload-", dir=w["serializer"]._dir)
+    with os.fdopen(fd, "wb") as f:
+        for blob in blobs:
+            f.write(blob)
+    return path, [len(blob) for blob in blobs]
+
+
+def _read_upload(path: str, lengths: list[int]) -> list[bytes]:
+    with open(path, "rb") as f:
+        data = f.read()
+    os.unlink(path)
+    view, out, start = memoryview(data), [], 0
+    for length in lengths:
+        out.append(bytes(view[start:start + length]))
+        start += length
+    return out
+
+
+def _check_workers(workers) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ProtocolError(f"workers: expected an int >= 1 (processes that encrypt the clients' uploads), "
+                            f"got {workers!r}")
+    return workers
+
+
 class _HEProtocol(Protocol):
-    """Shared flow of ckks and bfv: keys at construction, encrypt, server add, key holder decrypt."""
+    """Shared flow of ckks and bfv: keys at construction, encrypt, server add, key holder decrypt.
+
+    workers: processes that encrypt the clients' uploads in parallel (default 1: in this process).
+    With workers > 1 a pool of spawned processes, started on the first sum and kept until
+    ``close()``, encrypts disjoint sets of clients; each worker holds the parameters and the
+    encryption key only (the public key; the secret key under the symmetric presets, which every
+    client holds there). The ciphertexts, the server's view and the bounds are unchanged.
+    """
 
     scheme: str
     presets: dict[str, Preset]
 
-    def __init__(self, preset: str):
+    def __init__(self, preset: str, workers: int = 1):
         if preset not in self.presets:
             raise ProtocolError(f"preset: unknown {self.name} preset {preset!r}; valid: {', '.join(self.presets)}")
+        self.workers = _check_workers(workers)
+        self._pool = None
         sa = _sealapi()
         self.preset_name = preset
         self.preset = p = self.presets[preset]
@@ -243,18 +324,30 @@ class _HEProtocol(Protocol):
 
     def _encrypt(self, flat: np.ndarray) -> list[bytes]:
         """One client's flat vector -> serialized ciphertexts, one per chunk of ``slots`` values."""
-        sa = _sealapi()
-        blobs = []
-        for start in range(0, flat.size, self.slots):
-            plain = sa.Plaintext()
-            self._encode(flat[start : start + self.slots].tolist(), plain)
-            if self.preset.symmetric:
-                blobs.append(self._serializer.dump(self._encryptor.encrypt_symmetric(plain)))
-            else:
-                ct = sa.Ciphertext()
-                self._encryptor.encrypt(plain, ct)
-                blobs.append(self._serializer.dump(ct))
-        return blobs
+        return _encrypt_chunks(flat, self.slots, self._encode, self._encryptor, self.preset.symmetric,
+                               self._serializer)
+
+    def _encrypt_all(self, flats: list[np.ndarray]) -> list[list[bytes]]:
+        """Every client's upload: in this process, or split over the worker pool (``workers`` > 1)."""
+        if self.workers == 1 or len(flats) == 1:
+            return [self._encrypt(flat) for flat in flats]
+        if self._pool is None:
+            from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+            key = self._secret_key if self.preset.symmetric else None
+            key_bytes = self._serializer.dump(key) if key is not None else self.public_key_bytes
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                initargs=(self.scheme, self.server_setup_bytes, key_bytes, self.preset.symmetric,
+                          getattr(self, "scale", 0.0), self.slots))
+        chunk = math.ceil(len(flats) / self.workers)
+        return [_read_upload(path, lengths) for path, lengths in self._pool.map(_worker_encrypt, flats, chunksize=chunk)]
+
+    def close(self) -> None:
+        """Stop the encryption workers, if any (a later sum starts them again)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def _decrypt(self, sums: list[bytes], n: int) -> np.ndarray:
         """Key holder: aggregate ciphertexts -> the first n decoded slot values."""
@@ -288,7 +381,7 @@ class _HEProtocol(Protocol):
         num_clients = len(flats)
         transfers = self._setup_transfers(num_clients)
         t0 = time.perf_counter()
-        uploads = [self._encrypt(flat) for flat in flats]
+        uploads = self._encrypt_all(flats)
         t1 = time.perf_counter()
         sums = self.server.add(uploads)
         t2 = time.perf_counter()
@@ -332,6 +425,7 @@ class CKKSProtocol(_HEProtocol):
     max_abs: the public range |x|, |sum| <= max_abs of every input and sum (default: the preset's,
             its largest); a smaller range shrinks the float64 encode/decode term of the bound and so
             allows a finer grid (inputs outside it raise ProtocolError).
+    workers: processes that encrypt the clients' uploads in parallel (default 1; see _HEProtocol).
     """
 
     name = "ckks"
@@ -339,14 +433,14 @@ class CKKSProtocol(_HEProtocol):
     presets = CKKS_PRESETS
 
     def __init__(self, preset: str = "default", reveal: str = "grid", frac_bits: int | str = "auto",
-                 max_abs: float | None = None):
+                 max_abs: float | None = None, workers: int = 1):
         if reveal not in CKKS_REVEALS:
             raise ProtocolError(f"reveal: unknown ckks reveal mode {reveal!r}; valid: {', '.join(CKKS_REVEALS)} "
                                 "(raw-unsafe leaks the secret key to the server: audits only)")
         if frac_bits != "auto" and (isinstance(frac_bits, bool) or not isinstance(frac_bits, int)
                                     or not 0 <= frac_bits <= MAX_GRID_BITS):
             raise ProtocolError(f"frac_bits: expected 'auto' or an int in 0..{MAX_GRID_BITS}, got {frac_bits!r}")
-        super().__init__(preset)
+        super().__init__(preset, workers)
         limit = self.preset.max_abs
         if max_abs is not None and (isinstance(max_abs, bool) or not isinstance(max_abs, (int, float))
                                     or not 0 < max_abs <= limit):
@@ -435,6 +529,7 @@ class BFVProtocol(_HEProtocol):
     """Exact integer sums, or fixed-point float sums, with BFV.
 
     preset: "default" or "sum"; frac_bits: fractional bits for float inputs (0..30, default 24);
+    workers: processes that encrypt the clients' uploads in parallel (default 1; see _HEProtocol);
     integer inputs are always encoded exactly (frac_bits 0) and summed to int64.
     """
 
@@ -442,10 +537,10 @@ class BFVProtocol(_HEProtocol):
     scheme = "bfv"
     presets = BFV_PRESETS
 
-    def __init__(self, preset: str = "default", frac_bits: int = 24):
+    def __init__(self, preset: str = "default", frac_bits: int = 24, workers: int = 1):
         if isinstance(frac_bits, bool) or not isinstance(frac_bits, int) or not 0 <= frac_bits <= 30:
             raise ProtocolError(f"frac_bits: expected an int in 0..30, got {frac_bits!r}")
-        super().__init__(preset)
+        super().__init__(preset, workers)
         self.frac_bits = frac_bits
         self._encoder = _sealapi().BatchEncoder(self._context)
         t = self.preset.plain_modulus
