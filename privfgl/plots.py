@@ -195,6 +195,7 @@ class Panel:
     values: Sequence[float | None]
     errors: Sequence[float | None] | None = None
     baselines: Sequence[float | None] | None = None
+    papers: Sequence[float | None] | None = None  # a published number per bar (a red marker)
 
 
 def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, title: str = "",
@@ -208,9 +209,10 @@ def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, ti
     from matplotlib.patches import Patch
 
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(max(3.2 * n, 6.0), 4.2), squeeze=False)
-    colors = [f"C{i}" for i in range(len(labels))]
-    has_baseline = False
+    panel_width = max(3.2, 0.5 * len(labels) + 1.0)
+    fig, axes = plt.subplots(1, n, figsize=(max(panel_width * n, 6.0), 4.6), squeeze=False)
+    colors = [f"C{i % 10}" for i in range(len(labels))]
+    has_baseline = has_paper = False
     for ax, panel in zip(axes[0], panels):
         xs = range(len(labels))
         values = [float("nan") if v is None else float(v) for v in panel.values]
@@ -221,6 +223,11 @@ def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, ti
             if base is not None and math.isfinite(float(base)):
                 ax.hlines(float(base), x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.6)
                 has_baseline = True
+        for x, paper in zip(xs, panel.papers or ()):
+            if paper is not None and math.isfinite(float(paper)):
+                ax.plot([x], [float(paper)], marker="*", color="red", markersize=11, markeredgecolor="black",
+                        linestyle="")
+                has_paper = True
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(panel.ylabel)
@@ -229,10 +236,17 @@ def bar_panels(labels: Sequence[str], panels: Sequence[Panel], path: Path, *, ti
     handles.append(Line2D([], [], color="black", marker="", linestyle="", label="error bar: std over seeds"))
     if has_baseline:
         handles.append(Line2D([], [], color="black", linestyle="--", label="attack baseline (no leak)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    if has_paper:
+        handles.append(Line2D([], [], color="red", marker="*", markersize=10, markeredgecolor="black", linestyle="",
+                              label="paper"))
+    width = fig.get_size_inches()[0]
+    columns = max(1, min(len(handles), int(width / 2.4)))
+    rows = math.ceil(len(handles) / columns)
+    fig.set_size_inches(width, fig.get_size_inches()[1] + 0.22 * rows)
+    fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     if title:
-        fig.suptitle(_wrap(title, 40 * n), fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.suptitle(_wrap(title, int(12 * width)), fontsize=10)
+    fig.tight_layout(rect=(0, 0.05 + 0.045 * rows, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)

@@ -35,12 +35,18 @@ AXIS_LABELS = {"test_acc": "test accuracy (fraction)", "test_acc_last": "test ac
                "val_acc": "validation accuracy (fraction)", "epsilon": "ε spent (accountant)",
                "MB_up_per_client": "upload per client, whole run (MB)",
                "MB_up_per_client_round": "upload per client per round (MB)", "seconds": "wall time per run (s)",
-               "target_epsilon": "target ε", "clients": "clients"}
+               "target_epsilon": "target ε", "clients": "clients", "test_f1_macro": "test macro-F1 (fraction)",
+               "minority_acc": "minority-node accuracy (fraction)", "test_acc_micro": "test accuracy, pooled (fraction)"}
 
 
 def axis_label(column: str) -> str:
     if column in AXIS_LABELS:
         return AXIS_LABELS[column]
+    if column.startswith(RECORD_BLOCKS):  # a record path: its last parts
+        parts = column.split(".")[1:]
+        if parts[0] == "settings":  # metrics.settings.unseen-node.test_acc
+            return f"{parts[1]}: {AXIS_LABELS.get(parts[-1], parts[-1])}"
+        return AXIS_LABELS.get(parts[-1], ".".join(parts))
     if ":" in column:
         attack, metric = column.split(":", 1)
         return f"{attack}: {metric} (attack score)"
@@ -199,7 +205,8 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
         path = sweep.results / spec.file
         if spec.kind == "bars":
             panels = [plots.Panel(axis_label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
-                                  [s.get(f"{y}:baseline") for s in summary]) for y in spec.y]
+                                  [s.get(f"{y}:baseline") for s in summary], [s.get(f"paper:{y}") for s in summary])
+                      for y in spec.y]
             plots.bar_panels([s["cell"] for s in summary], panels, path,
                              title=f"{spec.title or sweep.title or sweep.name} ({note})")
         else:
