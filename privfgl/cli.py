@@ -286,7 +286,7 @@ def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     """The privacy audit of `make run`: the sweep privfgl/sweep/quickstart.toml (FedAvg on Cora
-    under plain, CrypTen, CKKS and central DP, each attacked); the synthetic graph when offline."""
+    under plain, CrypTen, CKKS, secagg and central DP, each attacked); the synthetic graph offline."""
     from privfgl.data import DatasetUnavailable, load_dataset
     from privfgl.sweep import load_sweep
     overrides = {"data_root": args.data_root} if args.data_root else {}
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sweep_arguments(p_sw)
     p_sw.set_defaults(func=cmd_sweep)
     p_q = sub.add_parser("quickstart", help="the privacy audit `make run` runs: FedAvg on Cora under plain, "
-                                            "crypten, ckks and central DP, each attacked (a small sweep)")
+                                            "crypten, ckks, secagg and central DP, each attacked (a small sweep)")
     p_q.add_argument("--out-dir", default="runs/quickstart", help="results folder (default runs/quickstart)")
     p_q.add_argument("--rounds", type=int, help="rounds per run (default: the config's, 15)")
     _sweep_arguments(p_q)

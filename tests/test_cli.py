@@ -96,12 +96,12 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     assert "Cora is not available" in stdout and "synthetic" in stdout
     assert len(stdout.split("Cora is not available")[0].strip().splitlines()) == 0
     # the audit table: one row per protection, with accuracy, cost and the attack beside its baseline
-    for label in ("plain", "crypten (secret sharing)", "ckks sum (HE)", "central DP, eps 8"):
+    for label in ("plain", "crypten (secret sharing)", "ckks sum (HE)", "secagg (masking)", "central DP, eps 8"):
         assert f"| {label} | 1 |" in stdout
     assert "label-inference:cosine:baseline" in stdout
     assert (tmp_path / "runs" / "quickstart.png").read_bytes()[:4] == b"\x89PNG"
     records = list((tmp_path / "runs" / "records").rglob("seed0.json"))
-    assert len(records) == 4 and all(json.loads(p.read_text())["config"]["dataset"] == "sbm" for p in records)
+    assert len(records) == 5 and all(json.loads(p.read_text())["config"]["dataset"] == "sbm" for p in records)
 
 
 @pytest.mark.parametrize("argv, message", [
