@@ -9,7 +9,8 @@ Methods (``PARTITIONS``), all deterministic per seed:
 - ``dirichlet``: label skew, per-class client proportions ~ Dir(alpha).
 
 Parts are cached on disk as plain node-id text files, one per client, so that every method
-sees the identical split.
+sees the identical split. networkx, pymetis and scikit-learn are imported by the partition that
+uses them, so a run that reads a cached partition never loads them.
 """
 
 from __future__ import annotations
@@ -23,12 +24,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
-import pymetis
 import torch
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, subgraph, to_undirected
@@ -123,15 +120,38 @@ def client_subgraphs(data: Data, parts: list[Tensor]) -> list[Data]:
     """
     num_nodes = int(data.num_nodes)
     extra = {a: data[a] for a in ("num_classes", "name") if a in data}
-    subgraphs = []
+    idxs = []
     for k, part in enumerate(parts):
         idx = torch.as_tensor(part, dtype=torch.long).view(-1)
         if idx.numel() and (idx.min() < 0 or idx.max() >= num_nodes):
             raise DataError(f"parts[{k}] holds node ids outside [0, {num_nodes})")
-        edge_index, _ = subgraph(idx, data.edge_index, relabel_nodes=True, num_nodes=num_nodes)
-        subgraphs.append(Data(x=data.x[idx], y=data.y[idx], edge_index=edge_index,
-                              global_id=idx.clone(), **extra))
-    return subgraphs
+        idxs.append(idx)
+    edge_indices = _intra_client_edges(data.edge_index, idxs, num_nodes)
+    return [Data(x=data.x[idx], y=data.y[idx], edge_index=edge_index, global_id=idx.clone(), **extra)
+            for idx, edge_index in zip(idxs, edge_indices)]
+
+
+def _intra_client_edges(edge_index: Tensor, idxs: list[Tensor], num_nodes: int) -> list[Tensor]:
+    """Each part's induced edges, relabelled to positions in the part, in edge_index's order (what
+    PyG's ``subgraph(idx, edge_index, relabel_nodes=True)`` gives per part). Disjoint parts: one pass
+    over the edges for all parts, O(N + E log E); PyG's subgraph per part scans every edge, O(K·(N + E))
+    (53 s for 1000 clients on a 1M-node graph). Overlapping parts: subgraph per part."""
+    owner = torch.full((num_nodes,), -1, dtype=torch.long)
+    local = torch.zeros(num_nodes, dtype=torch.long)
+    for k, idx in enumerate(idxs):
+        owner[idx] = k
+        local[idx] = torch.arange(idx.numel())
+    sizes = torch.tensor([idx.numel() for idx in idxs], dtype=torch.long)
+    assigned = owner[owner >= 0]
+    if not torch.equal(torch.bincount(assigned, minlength=len(idxs)), sizes):  # a node in two parts, or twice
+        return [subgraph(idx, edge_index, relabel_nodes=True, num_nodes=num_nodes)[0] for idx in idxs]
+    src_owner, dst_owner = owner[edge_index[0]], owner[edge_index[1]]
+    kept = edge_index[:, (src_owner == dst_owner) & (src_owner >= 0)]
+    kept_owner = owner[kept[0]]
+    order = torch.argsort(kept_owner, stable=True)  # by part, edge order kept within a part
+    relabelled = local[kept[:, order]]
+    counts = torch.bincount(kept_owner, minlength=len(idxs)).tolist()
+    return [e.contiguous() for e in relabelled.split(counts, dim=1)]
 
 
 # --------------------------------------------------------------------------- parameters
@@ -184,6 +204,8 @@ def _labels(data: Data) -> np.ndarray:
 
 def _louvain(data: Data, seed: int, resolution: float) -> list[list[int]]:
     """Louvain communities as sorted node-id lists, ordered by smallest node id."""
+    import networkx as nx
+
     graph = nx.Graph()
     graph.add_nodes_from(range(int(data.num_nodes)))
     src, dst = data.edge_index.numpy()
@@ -249,6 +271,8 @@ def _metis(data: Data, num_parts: int, seed: int) -> list[np.ndarray]:
     Seed 0 uses METIS's default seed (the result of a plain ``pymetis.part_graph`` call); seed s
     > 0 uses METIS seed s + 1, because METIS seeds 0 and 1 give the same random stream.
     """
+    import pymetis
+
     num_nodes = int(data.num_nodes)
     edge_index, _ = remove_self_loops(data.edge_index)
     src, dst = to_undirected(edge_index, num_nodes=num_nodes).numpy()  # sorted by src
@@ -266,6 +290,9 @@ def _label_clusters(groups: list, y: np.ndarray, num_clients: int, seed: int) ->
     If KMeans leaves a cluster empty (duplicate histograms), the last group of the cluster with
     the most groups moves into it, so every client gets nodes.
     """
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
     groups = [np.asarray(g, dtype=np.int64) for g in groups if len(g)]
     if len(groups) < num_clients:
         raise DataError(f"only {len(groups)} non-empty groups for {num_clients} clients; "

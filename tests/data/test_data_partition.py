@@ -142,6 +142,20 @@ def test_client_subgraphs_keep_only_intra_client_edges(cora, cora_parts):
     assert kept == intra < cora.edge_index.size(1)
 
 
+@pytest.mark.parametrize("kind", ["partition", "unsorted", "not covering", "overlapping"])
+def test_client_subgraphs_equal_pyg_subgraph_per_part(cora, cora_parts, kind):
+    """One pass over the edges for all parts gives exactly PyG's subgraph(part, relabel_nodes=True) per
+    part: the same edges, local ids and order (overlapping parts take the per-part path)."""
+    from torch_geometric.utils import subgraph
+    perm = torch.randperm(cora.num_nodes, generator=torch.Generator().manual_seed(0))
+    parts = {"partition": cora_parts["metis"], "unsorted": list(torch.tensor_split(perm, K)),
+             "not covering": list(torch.tensor_split(perm[:1000], 7)),
+             "overlapping": [torch.arange(0, 900), torch.arange(600, 2000), torch.arange(1500, 1600)]}[kind]
+    for sub, part in zip(client_subgraphs(cora, parts), parts, strict=True):
+        want, _ = subgraph(part, cora.edge_index, relabel_nodes=True, num_nodes=cora.num_nodes)
+        assert torch.equal(sub.edge_index, want) and sub.edge_index.is_contiguous()
+
+
 def test_client_subgraphs_rejects_bad_ids(cora):
     with pytest.raises(DataError, match=r"parts\[0\].*outside"):
         client_subgraphs(cora, [torch.tensor([0, cora.num_nodes])])

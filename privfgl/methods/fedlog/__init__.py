@@ -5,6 +5,13 @@ client.py (local fitting and generalisation, the pre-weighted uploads), server.p
 from revealed sums), params.py, run.py (the rounds and their messages)."""
 from __future__ import annotations
 
-from privfgl.methods.fedlog.run import run_fedlog
+
+def __getattr__(name: str):
+    """`run_fedlog` loads run.py on first use, so importing params.py alone stays light."""
+    if name == "run_fedlog":
+        from privfgl.methods.fedlog.run import run_fedlog
+        return run_fedlog
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["run_fedlog"]

@@ -3,6 +3,13 @@ part B). run.py (the rounds and their messages), cmd.py (the moment statistics a
 selection.py (the parties' evaluation and round selection), params.py (defaults and options)."""
 from __future__ import annotations
 
-from privfgl.methods.fedomd.run import run_fedomd
+
+def __getattr__(name: str):
+    """`run_fedomd` loads run.py on first use, so importing params.py alone stays light."""
+    if name == "run_fedomd":
+        from privfgl.methods.fedomd.run import run_fedomd
+        return run_fedomd
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["run_fedomd"]

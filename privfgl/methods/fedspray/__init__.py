@@ -3,6 +3,13 @@ part A). run.py (the rounds and their messages), model.py (the stacked encoder, 
 params.py (defaults and the authors' code choices as options)."""
 from __future__ import annotations
 
-from privfgl.methods.fedspray.run import run_fedspray
+
+def __getattr__(name: str):
+    """`run_fedspray` loads run.py on first use, so importing params.py alone stays light."""
+    if name == "run_fedspray":
+        from privfgl.methods.fedspray.run import run_fedspray
+        return run_fedspray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["run_fedspray"]

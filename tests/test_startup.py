@@ -1,0 +1,111 @@
+"""Start-up (issue #21): `privfgl --help`, argument errors and `import privfgl.cli` load none of the heavy
+libraries; a plain FedAvg run loads only torch and torch_geometric of them. Each check runs a fresh
+interpreter (sys.modules of this test process already holds everything). Wall times are measured by
+experiments/bench_startup.py (docs/speed.md), not asserted here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "torch_geometric", "sklearn", "scipy", "crypten", "tenseal", "opacus", "networkx", "matplotlib",
+         "pymetis")
+
+
+def python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def loaded_after(statements: str, env: dict | None = None) -> list[str]:
+    """The HEAVY (and `attacks`) top-level modules in sys.modules after running `statements`."""
+    done = python(f"{statements}\nimport json, sys\n"
+                  f"print(json.dumps([m for m in {HEAVY + ('attacks',)!r} if m in sys.modules]))", env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("statements", [
+    "import privfgl",
+    "import privfgl.cli",
+    "import privfgl.data\nfrom privfgl.data import DataError, DatasetUnavailable",
+    "from privfgl.methods import METHODS\nassert 'fedavg' in METHODS and len(METHODS) == 10",
+])
+def test_light_imports_load_no_heavy_library(statements):
+    assert loaded_after(statements) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["audit", "--help"], ["sweep", "--help"],
+                                  ["run", "--no-such-flag"], ["run", "--clients", "x"], ["no-such-command"]])
+def test_help_and_argument_errors_load_no_heavy_library(argv):
+    statements = (f"from privfgl.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+                  "import sys; sys.stdout.flush()")
+    assert loaded_after(statements) == []
+
+
+def test_help_exits_0():
+    done = python("from privfgl.cli import main; main()", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "run" in done.stdout and "audit" in done.stdout and done.stderr == ""
+
+
+def test_module_entry_point_answers_help():
+    done = subprocess.run([sys.executable, "-m", "privfgl.cli", "run", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "fedavg" in done.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["run", "--clients", "x"], "--clients: invalid int value"),
+    (["no-such-command"], "invalid choice: 'no-such-command'"),
+    ([], "required: command"),
+])
+def test_a_bad_flag_gives_one_line_on_stderr_and_exit_code_2(argv, message):
+    done = subprocess.run([sys.executable, "-m", "privfgl.cli", *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("privfgl") and ": error: " in lines[0] and message in lines[0]
+
+
+def test_help_lists_exactly_the_methods():
+    from privfgl.cli import METHOD_NAMES
+    from privfgl.methods import METHODS
+    assert METHOD_NAMES == tuple(METHODS)
+
+
+def test_lazy_names_resolve_to_the_defining_modules():
+    import privfgl.data as data
+    import privfgl.methods as methods
+    from privfgl.data.datasets import load_dataset
+    from privfgl.methods.base import Setup
+    from privfgl.methods.fedavg import run_fedavg
+    for name in data.__all__:
+        assert getattr(data, name) is not None
+    for name in methods.__all__:
+        assert getattr(methods, name) is not None
+    assert data.load_dataset is load_dataset and methods.Setup is Setup
+    assert methods.METHODS["fedavg"] is run_fedavg is methods.run_fedavg
+    assert dict(methods.METHODS)["opfgl"] is methods.run_opfgl
+    with pytest.raises(AttributeError):
+        data.no_such_name  # noqa: B018
+    with pytest.raises(KeyError):
+        methods.METHODS["no-such-method"]
+
+
+def test_a_plain_fedavg_run_loads_only_torch_and_torch_geometric(tmp_path):
+    """Neither the attacks nor CrypTen, TenSEAL, opacus, scikit-learn, scipy or networkx (the
+    dirichlet partition of a synthetic graph needs none of them either)."""
+    statements = ("from privfgl.cli import main\n"
+                  "assert main(['run', '--method', 'fedavg', '--dataset', 'sbm', '--partition', 'dirichlet', "
+                  "'--clients', '3', '--rounds', '1', '--no-progress']) == 0")
+    assert loaded_after(statements, env={"PRIVFGL_CACHE": str(tmp_path)}) == ["torch", "torch_geometric"]
