@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -36,6 +35,7 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
+from protocols.party_processes import PartyProcesses, free_port
 from protocols.base import SERVER, AggregationResult, PartyFailure, Protocol, ProtocolError, Transfer, client
 from protocols.crypten_backend import (
     check_fixed_point_range,
@@ -46,12 +46,6 @@ from protocols.crypten_backend import (
 
 
 _SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _party_main(rank: int, world_size: int, rendezvous: str, precision_bits: int, conn) -> None:
@@ -83,7 +77,7 @@ def _party_main(rank: int, world_size: int, rendezvous: str, precision_bits: int
         conn.send(("error", traceback.format_exc()))
 
 
-class CryptenSession(Protocol):
+class CryptenSession(PartyProcesses, Protocol):
     """Multi-process CrypTen secure sum; reusable across calls (see module docstring).
 
     precision_bits: fractional bits of the fixed-point encoding (0..48, default 16).
@@ -112,7 +106,7 @@ class CryptenSession(Protocol):
         self.close()
         ctx = mp.get_context("spawn")
         world_size = num_clients + 1
-        rendezvous = f"tcp://127.0.0.1:{_free_port()}"
+        rendezvous = f"tcp://127.0.0.1:{free_port()}"
         t0 = time.perf_counter()
         for rank in range(world_size):
             parent, child = ctx.Pipe()
@@ -216,19 +210,4 @@ class CryptenSession(Protocol):
             conn.close()
         self._processes, self._conns, self.num_clients = [], [], 0
 
-    def close(self) -> None:
-        """Ask every party to leave, then kill whatever is still running."""
-        for conn in self._conns:
-            try:
-                conn.send(("close", None))
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                pass
-        deadline = time.monotonic() + 5
-        for proc in self._processes:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._kill()
-
-    def __del__(self) -> None:
-        if getattr(self, "_processes", None):
-            self._kill()
 

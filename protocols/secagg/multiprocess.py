@@ -41,7 +41,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import struct
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
+from protocols.party_processes import PartyProcesses, free_port
 from protocols.base import SERVER, AggregationResult, PartyFailure, ProtocolError, Transfer, client
 from protocols.secagg.client import Client
 from protocols.secagg.protocol import _ANSWER, _U32, ROUNDS, SecAggProtocol
@@ -457,12 +457,6 @@ def _party_main(party: int, world_size: int, env: dict, protocol: SecAggProtocol
             pass
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _check_kill_at(kill_at) -> dict[int, int]:
     """{round: [clients]} -> client -> round."""
     if kill_at is None:
@@ -485,7 +479,7 @@ def _check_kill_at(kill_at) -> dict[int, int]:
     return out
 
 
-class SecAggSession(SecAggProtocol):
+class SecAggSession(PartyProcesses, SecAggProtocol):
     """Multi-process `secagg` (see the module docstring); reusable across sums until ``close()``.
 
     Takes every parameter of ``SecAggProtocol`` except ``faults`` (the server-side and share-tampering
@@ -539,7 +533,7 @@ class SecAggSession(SecAggProtocol):
         self.close()
         ctx = mp.get_context("spawn")
         world_size = num_clients + 1
-        port = _free_port()
+        port = free_port()
         params = self._party_params()
         t0 = time.perf_counter()
         for party in range(world_size):  # clients 0..K-1, then the server (rank 0: it hosts the store)
@@ -682,21 +676,6 @@ class SecAggSession(SecAggProtocol):
             conn.close()
         self._processes, self._conns, self.num_clients, self._stale = [], [], 0, False
 
-    def close(self) -> None:
-        """Ask every party to leave, then kill whatever is still running."""
-        for conn in self._conns:
-            try:
-                conn.send(("close", None))
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                pass
-        deadline = time.monotonic() + 5
-        for proc in self._processes:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._kill()
-
-    def __del__(self) -> None:
-        if getattr(self, "_processes", None):
-            self._kill()
 
 
 # --- one party per machine -----------------------------------------------------------------------

@@ -35,3 +35,19 @@ def fedavg_config(**kw):
                     optimizer="sgd", dropout=0.0, hidden=32, transcript="all", progress=False)
     settings.update(kw)
     return RunConfig(**settings)
+
+
+def overfitted_config(**kw):
+    """Cora, Louvain, 5 clients, 30 rounds x 3 epochs without weight decay or dropout: the models fit
+    their training nodes (members' loss drops) and their posteriors carry the graph."""
+    from privfgl.experiment import RunConfig
+    settings = dict(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=30, local_epochs=3,
+                    weight_decay=0.0, dropout=0.0, hidden=128, transcript="last", progress=False, download=False)
+    settings.update(kw)
+    return RunConfig(**settings)
+
+
+def by_target(setup, cfg, spec: str) -> dict:
+    """The findings of one attack spec on a run, by target."""
+    from attacks import parse_attack, run_attacks
+    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}

@@ -15,3 +15,14 @@ def _partition_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def bow_graph() -> Data:
     return bag_of_words_graph()
+
+
+@pytest.fixture(scope="session")
+def overfitted_plain(cora):
+    """(cfg, setup) of attack_cases.overfitted_config() under plain, run once for the membership and
+    link-stealing tests (the attacks read copies from its view)."""
+    from attack_cases import overfitted_config
+    from privfgl.experiment import run
+    cfg = overfitted_config()
+    _, setup = run(cfg, data=cora)
+    return cfg, setup

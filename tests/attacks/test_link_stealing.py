@@ -8,33 +8,16 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from attacks import parse_attack, run_attacks
+from attacks import run_attacks
 from attacks.link_stealing import LinkStealing, degree_matched_pairs
 from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
+from attack_cases import by_target, overfitted_config
 from tests.view_checks import reachable
 
 
-def cora_config(**kw) -> RunConfig:
-    settings = dict(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=30, local_epochs=3,
-                    weight_decay=0.0, dropout=0.0, hidden=128, transcript="last", progress=False, download=False)
-    settings.update(kw)
-    return RunConfig(**settings)
-
-
-def by_target(setup, cfg, spec):
-    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}
-
-
-@pytest.fixture(scope="module")
-def plain(cora):
-    cfg = cora_config()
-    _, setup = run(cfg, data=cora)
-    return cfg, setup
-
-
-def test_posterior_similarity_beats_random_and_feature_baselines(plain):
-    cfg, setup = plain
+def test_posterior_similarity_beats_random_and_feature_baselines(overfitted_plain):
+    cfg, setup = overfitted_plain
     out = by_target(setup, cfg, "link-stealing")
     for kind in ("global:client", "client"):
         found = [out[f"{kind}{k}"] for k in range(5)]
@@ -44,8 +27,8 @@ def test_posterior_similarity_beats_random_and_feature_baselines(plain):
         assert np.mean([f.metrics["ap"] for f in found]) > np.mean([f.baseline["ap"] for f in found]) + 0.2
 
 
-def test_without_query_access_the_weights_alone_say_less(plain):
-    cfg, setup = plain
+def test_without_query_access_the_weights_alone_say_less(overfitted_plain):
+    cfg, setup = overfitted_plain
     oracle = by_target(setup, cfg, "link-stealing:target=global,clients=0+1+2")
     weights = by_target(setup, cfg, "link-stealing:target=global,query=features,clients=0+1+2")
     assert sum(weights[t].metrics["auc"] for t in weights) < sum(oracle[t].metrics["auc"] for t in oracle)
@@ -63,7 +46,7 @@ def test_negatives_are_degree_matched_non_edges():
 
 
 def test_under_crypten_only_the_global_model_is_attacked(cora):
-    cfg = cora_config(protocol="crypten", rounds=2, clients=3)
+    cfg = overfitted_config(protocol="crypten", rounds=2, clients=3)
     _, setup = run(cfg, data=cora)
     out = by_target(setup, cfg, "link-stealing")
     assert all("no_input" in out[f"client{k}"].metrics for k in range(3))
@@ -71,7 +54,7 @@ def test_under_crypten_only_the_global_model_is_attacked(cora):
 
 
 def test_runs_with_dp(cora):
-    cfg = cora_config(method="dp-fedavg", rounds=3, clients=3, dp="gaussian:sigma=1.0,clip=1.0,on=update,mode=local",
+    cfg = overfitted_config(method="dp-fedavg", rounds=3, clients=3, dp="gaussian:sigma=1.0,clip=1.0,on=update,mode=local",
                       transcript="all")
     _, setup = run(cfg, data=cora)
     out = by_target(setup, cfg, "link-stealing")
@@ -88,8 +71,8 @@ class Spy(LinkStealing):
         return super().attack(view, aux)
 
 
-def test_link_stealing_reads_only_its_view_and_aux(plain):
-    cfg, setup = plain
+def test_link_stealing_reads_only_its_view_and_aux(overfitted_plain):
+    cfg, setup = overfitted_plain
     spy = Spy(clients=[0])
     run_attacks(setup, cfg, [spy])
     assert len(spy.received) == 2

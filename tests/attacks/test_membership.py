@@ -9,35 +9,17 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from attacks import parse_attack, run_attacks
+from attacks import run_attacks
 from attacks.membership import Membership
 from privfgl.cli import main
 from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
+from attack_cases import by_target, overfitted_config
 from tests.view_checks import reachable
 
 
-def overfitted(**kw) -> RunConfig:
-    """Cora, Louvain, 5 clients, 30 rounds × 3 epochs without weight decay or dropout: members' loss drops."""
-    settings = dict(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=30, local_epochs=3,
-                    weight_decay=0.0, dropout=0.0, hidden=128, transcript="last", progress=False, download=False)
-    settings.update(kw)
-    return RunConfig(**settings)
-
-
-def by_target(setup, cfg, spec):
-    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}
-
-
-@pytest.fixture(scope="module")
-def plain(cora):
-    cfg = overfitted()
-    _, setup = run(cfg, data=cora)
-    return cfg, setup
-
-
-def test_loss_attack_beats_the_guess_on_the_global_and_the_client_models(plain):
-    cfg, setup = plain
+def test_loss_attack_beats_the_guess_on_the_global_and_the_client_models(overfitted_plain):
+    cfg, setup = overfitted_plain
     out = by_target(setup, cfg, "membership")
     g = out["global"]
     assert g.metrics["members"] == g.metrics["non_members"] > 400
@@ -49,15 +31,15 @@ def test_loss_attack_beats_the_guess_on_the_global_and_the_client_models(plain):
     assert sum(clients) / 5 > 0.6
 
 
-def test_shadow_attack_beats_the_guess(plain):
-    cfg, setup = plain
+def test_shadow_attack_beats_the_guess(overfitted_plain):
+    cfg, setup = overfitted_plain
     out = by_target(setup, cfg, "membership:variant=shadow,target=global,shadows=2,epochs=40")
     assert out["global"].metrics["variant"] == "shadow"
     assert out["global"].metrics["auc"] > 0.58
 
 
 def test_under_crypten_only_the_global_model_is_attacked(cora):
-    cfg = overfitted(protocol="crypten", rounds=2, clients=3)
+    cfg = overfitted_config(protocol="crypten", rounds=2, clients=3)
     _, setup = run(cfg, data=cora)
     out = by_target(setup, cfg, "membership")
     assert all("no_input" in out[f"client{k}"].metrics for k in range(3))
@@ -67,7 +49,7 @@ def test_under_crypten_only_the_global_model_is_attacked(cora):
 def test_dp_fedavg_bound_stays_below_the_accountants_epsilon(cora):
     # Central Gaussian DP on the update, 10 releases: the global model is covered by the accountant's ε;
     # the lower bound, at 95 % confidence, must not exceed it.
-    cfg = overfitted(method="dp-fedavg", rounds=10, dp="gaussian:sigma=0.8,clip=1.0,on=update,mode=central",
+    cfg = overfitted_config(method="dp-fedavg", rounds=10, dp="gaussian:sigma=0.8,clip=1.0,on=update,mode=central",
                      transcript="all")  # a delta needs the global model it started from
     _, setup = run(cfg, data=cora)
     out = by_target(setup, cfg, "membership")
@@ -108,8 +90,8 @@ class Spy(Membership):
         return super().attack(view, aux)
 
 
-def test_membership_reads_only_its_view_and_aux(plain):
-    cfg, setup = plain
+def test_membership_reads_only_its_view_and_aux(overfitted_plain):
+    cfg, setup = overfitted_plain
     spy = Spy(variant="shadow", clients=[0], shadows=1, epochs=2)
     run_attacks(setup, cfg, [spy])
     assert len(spy.received) == 2
@@ -137,7 +119,7 @@ def test_membership_from_the_cli(tmp_path, planetoid_root, capsys):
 
 def test_canaries_are_memorised_more_than_real_nodes_and_tighten_the_bound(cora):
     from attacks.canaries import run_with_canaries
-    cfg = overfitted(rounds=20)
+    cfg = overfitted_config(rounds=20)
     _, setup = run_with_canaries(cfg, cora, per_client=40, seed=1)
     canary = by_target(setup, cfg, "membership:target=global,candidates=canaries")["global"]
     real = by_target(setup, cfg, "membership:target=global")["global"]
@@ -150,5 +132,5 @@ def test_canaries_are_memorised_more_than_real_nodes_and_tighten_the_bound(cora)
 
 
 def plain_run(cora):
-    cfg = overfitted(rounds=1, clients=3)
+    cfg = overfitted_config(rounds=1, clients=3)
     return run(cfg, data=cora)[1], cfg
