@@ -54,7 +54,9 @@ def test_without_noise_the_grouping_is_unchanged():
 
 @pytest.fixture(scope="module")
 def tiny_noise_run(bow_graph):
-    cfg = fedavg_config(method="dp-fedavg", lr=0.5, dp="gaussian:sigma=0.0001,clip=1.0,on=update,mode=local")
+    # Seeded noise, so the test is the same every run (the attack does not use the seed). Over noise
+    # seeds 0-11 the mean score below was 0.854-0.912 against the bar of 0.833; OS noise once gave 0.832.
+    cfg = fedavg_config(method="dp-fedavg", lr=0.5, dp="gaussian:sigma=0.0001,clip=1.0,on=update,mode=local,seed=0")
     _, setup = run(cfg, data=bow_graph)
     return cfg, setup
 
