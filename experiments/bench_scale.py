@@ -63,7 +63,8 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {r['error']} |" + " |" * 7)
+            error = r["error"].replace("|", "")  # a value's |x| would break the table
+            lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {error} |" + " |" * 7)
             continue
         lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {r['graph_s']} | {r['setup_s']} | "
                      f"{r['round_s']} | {r['train_s']} | {r['protocol_s']} | {r['mb_up_client_round']} | "
