@@ -96,11 +96,6 @@ class CryptenSession(PartyProcesses, Protocol):
         self._processes: list = []
         self._conns: list = []
 
-    @property
-    def party_pids(self) -> list[int]:
-        """OS process ids of the parties, by rank (the server last); empty when not started."""
-        return [p.pid for p in self._processes]
-
     def start(self, num_clients: int) -> None:
         """Start K client processes and the server process and wait until all joined CrypTen."""
         self.close()

@@ -21,6 +21,11 @@ class PartyProcesses:
     _processes: list
     _conns: list
 
+    @property
+    def party_pids(self) -> list[int]:
+        """OS process ids of the party processes, in start order; empty when not started."""
+        return [p.pid for p in self._processes]
+
     def _kill(self) -> None:  # pragma: no cover - each session defines it
         raise NotImplementedError
 

@@ -54,7 +54,7 @@ import torch
 from protocols.party_processes import PartyProcesses, free_port
 from protocols.base import SERVER, AggregationResult, PartyFailure, ProtocolError, Transfer, client
 from protocols.secagg.client import Client
-from protocols.secagg.protocol import _ANSWER, _U32, ROUNDS, SecAggProtocol
+from protocols.secagg.protocol import _ANSWER, _U32, ROUNDS, SecAggProtocol, round_clients
 from protocols.secagg.quantize import make_grid
 from protocols.secagg.server import Server
 from protocols.secagg import crypto
@@ -458,24 +458,11 @@ def _party_main(party: int, world_size: int, env: dict, protocol: SecAggProtocol
 
 
 def _check_kill_at(kill_at) -> dict[int, int]:
-    """{round: [clients]} -> client -> round."""
-    if kill_at is None:
-        return {}
-    if not isinstance(kill_at, dict):
-        raise ProtocolError(f"kill_at: expected a mapping round -> client indices, e.g. {{3: [1]}}, got {kill_at!r}")
-    out = {}
-    for r, who in kill_at.items():
-        try:
-            r = int(r)
-        except (TypeError, ValueError):
-            r = None
-        if r not in ROUNDS:
-            raise ProtocolError(f"kill_at: round keys must be 1, 2, 3 or 4, got {kill_at!r}")
-        who = [who] if isinstance(who, int) else who
-        if not isinstance(who, (list, tuple, set)) or not all(isinstance(k, int) and k >= 0 for k in who):
-            raise ProtocolError(f"kill_at: round {r}: expected a list of client indices, got {who!r}")
+    """{round: [clients]} -> client -> the first round it is killed at."""
+    out: dict[int, int] = {}
+    for r, who in sorted(round_clients("kill_at", kill_at, "{3: [1]}").items()):
         for k in who:
-            out[k] = min(out.get(k, 5), r)
+            out.setdefault(k, r)
     return out
 
 
@@ -522,11 +509,6 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
         return SecAggProtocol(bits=self.bits, clip_range=self.clip_range, frac_bits=self.frac_bits,
                               threshold=self.threshold, graph=self.graph, degree=self.degree,
                               graph_seed=self.graph_seed)
-
-    @property
-    def party_pids(self) -> list[int]:
-        """OS process ids of the parties: clients 0..K-1, then the server; empty when not started."""
-        return [p.pid for p in self._processes]
 
     def start(self, num_clients: int) -> None:
         """Start K client processes and the server process; wait until all joined the group."""

@@ -33,26 +33,31 @@ _U32 = struct.Struct("<I")
 _ANSWER = struct.Struct("<BIH")
 
 
-def _check_dropout(dropout) -> dict[int, frozenset[int]]:
-    if dropout is None:
+def round_clients(name: str, value, example: str = "{3: [1, 4]}") -> dict[int, frozenset[int]]:
+    """A `{round: client indices}` parameter (`dropout`, `kill_at`) checked: rounds 1-4, indices >= 0."""
+    if value is None:
         return {}
-    if not isinstance(dropout, dict):
-        raise ProtocolError(f"dropout: expected a mapping round -> client indices, e.g. {{3: [1, 4]}}, got {dropout!r}")
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{name}: expected a mapping round -> client indices, e.g. {example}, got {value!r}")
     out = {}
-    for r, who in dropout.items():
+    for r, who in value.items():
         try:
             r = int(r)
         except (TypeError, ValueError):
             r = None
         if r not in ROUNDS:
-            raise ProtocolError(f"dropout: round keys must be 1, 2, 3 or 4, got {dropout!r}")
+            raise ProtocolError(f"{name}: round keys must be 1, 2, 3 or 4, got {value!r}")
         if isinstance(who, int):
             who = [who]
         if not isinstance(who, (list, tuple, set, frozenset)) or not all(
                 isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in who):
-            raise ProtocolError(f"dropout: round {r}: expected a list of client indices, got {who!r}")
+            raise ProtocolError(f"{name}: round {r}: expected a list of client indices, got {who!r}")
         out[r] = frozenset(who)
     return out
+
+
+def _check_dropout(dropout) -> dict[int, frozenset[int]]:
+    return round_clients("dropout", dropout)
 
 
 def _check_faults(faults) -> dict:
