@@ -175,7 +175,11 @@ def test_accuracy_matches_the_clear_tau_run(clear_run, secure_run):
     clear, secure = clear_run[0]["metrics"], secure_run[0]["metrics"]
     assert secure["per_task"]["acc"]["mean_over_tasks"] == pytest.approx(clear["per_task"]["acc"]["mean_over_tasks"],
                                                                           abs=0.01)
-    assert np.allclose(secure["tau_last"], clear["tau_last"], atol=TOLERANCE)
+    # Two runs, one seed: CrypTen's truncation error comes from shares keyed by os.urandom, so each
+    # round's τ̂ is off by up to ~1e-3 differently in every run and the later models drift apart a
+    # little; the last round's τ then differs by up to 0.022 (seen in CI). Each τ̂ against the clear τ
+    # of the same models is checked to TOLERANCE by the max_abs_error tests.
+    assert np.allclose(secure["tau_last"], clear["tau_last"], atol=0.05)
 
 
 def test_code_mode_keeps_the_start_models_from_the_server_too(graph):
