@@ -170,7 +170,8 @@ def line_plot(series: Sequence[Series], path: Path, *, dpi: int = 120, **kwargs:
     return path
 
 
-def _cell(text: str) -> Any:
+def scalar(text: str) -> Any:
+    """Text as an int or float where it reads as one; "" as None; else the text."""
     if text == "":
         return None
     for kind in (int, float):
@@ -184,7 +185,7 @@ def _cell(text: str) -> Any:
 def read_csv(path: Path) -> list[dict]:
     """Rows of a CSV written by an experiment script: "" → None, numbers → int/float, the rest as text."""
     with open(path, newline="") as fh:
-        return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+        return [{k: scalar(v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
 
 @dataclass(frozen=True)

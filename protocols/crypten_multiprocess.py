@@ -195,14 +195,5 @@ class CryptenSession(PartyProcesses, Protocol):
             error_bound=fixed_point_error_bound(num_clients, self.precision_bits, total, integer),
         )
 
-    def _kill(self) -> None:
-        for proc in self._processes:
-            if proc.is_alive():
-                proc.kill()
-        for proc in self._processes:
-            proc.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._processes, self._conns, self.num_clients = [], [], 0
 
 

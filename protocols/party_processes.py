@@ -15,8 +15,8 @@ def free_port() -> int:
 
 
 class PartyProcesses:
-    """close() and garbage-collection cleanup for a session holding `_processes` (multiprocessing
-    processes), `_conns` (their pipe ends) and a `_kill()` that stops whatever still runs."""
+    """close(), _kill() and garbage-collection cleanup for a session holding `_processes`
+    (multiprocessing processes), `_conns` (their pipe ends) and `num_clients`."""
 
     _processes: list
     _conns: list
@@ -26,8 +26,16 @@ class PartyProcesses:
         """OS process ids of the party processes, in start order; empty when not started."""
         return [p.pid for p in self._processes]
 
-    def _kill(self) -> None:  # pragma: no cover - each session defines it
-        raise NotImplementedError
+    def _kill(self) -> None:
+        """Kill every party process still running, reap them, close the pipes, forget them."""
+        for proc in self._processes:
+            if proc.is_alive():
+                proc.kill()
+        for proc in self._processes:
+            proc.join(timeout=5)
+        for conn in self._conns:
+            conn.close()
+        self._processes, self._conns, self.num_clients = [], [], 0
 
     def close(self) -> None:
         """Ask every party to leave, then kill whatever is still running."""

@@ -32,3 +32,16 @@ def reachable(roots, limit: int = 200_000):
         seen[id(o)] = o
         stack.extend(gc.get_referents(o))
     return seen.values()
+
+
+def spying(attack_cls, **params):
+    """An instance of `attack_cls` that records the (view, aux) pairs its attack() received."""
+    class Spy(attack_cls):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.received = []
+
+        def attack(self, view, aux):
+            self.received.append((view, aux))
+            return super().attack(view, aux)
+    return Spy(**params)

@@ -3,6 +3,7 @@ worker processes (one torch thread each). A record is written atomically when it
 sweep killed at any point resumes with exactly the missing pairs and never reads a partial record."""
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import re
@@ -37,12 +38,8 @@ def _substitute(value, names: dict):
             if sub is None:
                 raise ConfigError(f"option {value!r} uses {{{name}}}: set {name} (or target_epsilon) in the cell")
             text = text.replace("{" + name + "}", repr(sub) if isinstance(sub, float) else str(sub))
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    from privfgl.plots import scalar
+    return scalar(text)
 
 
 def _uses(options: dict, name: str) -> bool:
@@ -57,11 +54,17 @@ def calibrated_sigma(options: dict) -> float | None:
     target = options.get("target_epsilon")
     if target is None:
         return None
-    from privfgl.privacy import noise_multiplier_for
     found = re.search(r"delta=([0-9.eE+-]+)", options.get("dp") or "")
     delta = float(found.group(1)) if found else 1e-5
     q = float((options.get("method_params") or {}).get("q", 1.0))
-    return noise_multiplier_for(float(target), delta, q, int(options.get("rounds", 100)))
+    return _noise_multiplier(float(target), delta, q, int(options.get("rounds", 100)))
+
+
+@functools.lru_cache(maxsize=None)
+def _noise_multiplier(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    """opacus' σ search, once per setting (a cell is calibrated when checked and again per seed)."""
+    from privfgl.privacy import noise_multiplier_for
+    return noise_multiplier_for(epsilon, delta, q, rounds)
 
 
 def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):

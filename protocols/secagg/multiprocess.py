@@ -649,14 +649,8 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
         )
 
     def _kill(self) -> None:
-        for proc in self._processes:
-            if proc.is_alive():
-                proc.kill()
-        for proc in self._processes:
-            proc.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._processes, self._conns, self.num_clients, self._stale = [], [], 0, False
+        super()._kill()
+        self._stale = False
 
 
 

@@ -13,7 +13,7 @@ from attacks.link_stealing import LinkStealing, degree_matched_pairs
 from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
 from attack_cases import by_target, overfitted_config
-from tests.view_checks import reachable
+from tests.view_checks import reachable, spying
 
 
 def test_posterior_similarity_beats_random_and_feature_baselines(overfitted_plain):
@@ -61,19 +61,9 @@ def test_runs_with_dp(cora):
     assert len(out) == 6 and all("auc" in f.metrics for f in out.values())
 
 
-class Spy(LinkStealing):
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.received = []
-
-    def attack(self, view, aux):
-        self.received.append((view, aux))
-        return super().attack(view, aux)
-
-
 def test_link_stealing_reads_only_its_view_and_aux(overfitted_plain):
     cfg, setup = overfitted_plain
-    spy = Spy(clients=[0])
+    spy = spying(LinkStealing, clients=[0])
     run_attacks(setup, cfg, [spy])
     assert len(spy.received) == 2
     private = {t.untyped_storage().data_ptr() for c in setup.clients for t in (c.x, c.y, c.edge_index, c.train_mask)}

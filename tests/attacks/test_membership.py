@@ -15,7 +15,7 @@ from privfgl.cli import main
 from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
 from attack_cases import by_target, overfitted_config
-from tests.view_checks import reachable
+from tests.view_checks import reachable, spying
 
 
 def test_loss_attack_beats_the_guess_on_the_global_and_the_client_models(overfitted_plain):
@@ -80,19 +80,9 @@ def test_message_dp_in_local_mode_covers_every_upload(bow_graph):
         assert f.metrics["dp_covers"] is True and f.metrics["epsilon_lb"] <= f.metrics["accountant_epsilon"]
 
 
-class Spy(Membership):
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.received = []
-
-    def attack(self, view, aux):
-        self.received.append((view, aux))
-        return super().attack(view, aux)
-
-
 def test_membership_reads_only_its_view_and_aux(overfitted_plain):
     cfg, setup = overfitted_plain
-    spy = Spy(variant="shadow", clients=[0], shadows=1, epochs=2)
+    spy = spying(Membership, variant="shadow", clients=[0], shadows=1, epochs=2)
     run_attacks(setup, cfg, [spy])
     assert len(spy.received) == 2
     private = {t.untyped_storage().data_ptr() for c in setup.clients
