@@ -7,11 +7,11 @@ from torch_geometric.utils import to_undirected
 from privfgl.training import LoopedTrainers, ModelConfig, StackedTrainers, init_params, make_trainers
 
 
-def random_clients(sizes=(30, 50, 20), features=40, classes=4, seed=0):
+def random_clients(sizes=(30, 50, 20), features=40, classes=4, seed=0, dense=False):
     g = torch.Generator().manual_seed(seed)
     clients = []
     for n in sizes:
-        x = (torch.rand(n, features, generator=g) < 0.1).float()
+        x = torch.randn(n, features, generator=g) if dense else (torch.rand(n, features, generator=g) < 0.1).float()
         ei = to_undirected(torch.randint(0, n, (2, 2 * n), generator=g))
         ei = ei[:, ei[0] != ei[1]]
         y = torch.randint(0, classes, (n,), generator=g)
@@ -19,9 +19,15 @@ def random_clients(sizes=(30, 50, 20), features=40, classes=4, seed=0):
     return clients
 
 
+# Features: sparse bag-of-words (one sparse product), dense with balanced clients (one padded batched
+# product) and dense with one client much larger than the others (a product per client).
+FEATURES = {"sparse": {}, "dense-balanced": {"dense": True}, "dense-unbalanced": {"dense": True, "sizes": (10, 80, 10)}}
+
+
+@pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("model", ["gcn", "sage", "sgc", "mlp"])
-def test_stacked_engine_trains_exactly_like_one_model_per_client(model):
-    clients = random_clients()
+def test_stacked_engine_trains_exactly_like_one_model_per_client(model, features):
+    clients = random_clients(**FEATURES[features])
     cfg = ModelConfig(model=model, hidden=16, dropout=0.0)
     init = [init_params(cfg, 40, 4, seed=k) for k in range(3)]
     anchors = [init_params(cfg, 40, 4, seed=99)] * 3

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch_geometric.utils import add_remaining_self_loops, degree
 
 STACKABLE = ("gcn", "sage", "sgc", "mlp")
+MAX_PADDING = 0.5  # dense inputs: padded batch at most 1.5x the input's rows, else a loop over clients
 
 
 class BlockGraph:
@@ -78,6 +79,9 @@ class BlockGraph:
 
         Sparse inputs (bag-of-words) use one sparse matrix S [N, K*F] whose row i holds x[i] in
         client c(i)'s column block, so the whole layer is a single sparse-dense product.
+        Dense inputs use one batched product over the input padded to [K, n_max, F] (built once),
+        unless the padding would add more than `MAX_PADDING` of x's size (unbalanced clients,
+        e.g. Louvain with F = 8415): then client by client.
         """
         K, F_in, out = weight.shape
         if key not in self._cache:
@@ -86,13 +90,16 @@ class BlockGraph:
                 rows, cols = x.nonzero(as_tuple=True)
                 block_cols = self.client_of[rows] * F_in + cols
                 self._cache[key] = FixedSparse(rows, block_cols, x[rows, cols], self.num_nodes, K * F_in)
+            elif K * self.n_max <= (1 + MAX_PADDING) * self.num_nodes:
+                padded = x.new_zeros(K * self.n_max, F_in).index_copy(0, self.pad_index, x)
+                self._cache[key] = padded.view(K, self.n_max, F_in)
             else:
                 self._cache[key] = x
         s = self._cache[key]
         if isinstance(s, FixedSparse):
             return s @ weight.reshape(K * F_in, out)
-        # Dense inputs client by client: the padded batch of `linear` would be [K·n_max, F]
-        # (gigabytes for F = 8415).
+        if s.dim() == 3:
+            return torch.bmm(s, weight).reshape(K * self.n_max, out).index_select(0, self.pad_index)
         return torch.cat([rows @ weight[k] for k, rows in enumerate(self.split(s))])
 
     def split(self, rows: torch.Tensor) -> list[torch.Tensor]:
