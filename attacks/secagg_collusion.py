@@ -26,11 +26,10 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from Crypto.Protocol.SecretSharing import Shamir
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.view import AdversaryView
-from protocols.secagg import crypto
+from protocols.secagg import crypto, shamir
 from protocols.secagg.quantize import Grid
 
 _ANSWER = struct.Struct("<BIH")  # round-4 share: kind (0 = b, 1 = s), owner, Shamir index
@@ -103,7 +102,7 @@ class SecAggCollusion(Attack):
             raise NoInput(f"no masked input or keys of {aux.target} for {name!r} in round {r} in the view")
         if not aux.s_shares:
             return Unmasked(False, None)
-        seed = Shamir.combine(sorted(aux.s_shares)) if len(aux.s_shares) > 1 else aux.s_shares[0][1]
+        seed = shamir.combine(list(aux.s_shares), len(aux.s_shares))
         s_private, s_public = crypto.keypair_from_seed(seed)
         if s_public != keys[aux.target][crypto.PUBLIC_KEY_BYTES:]:
             return Unmasked(False, None)  # fewer than t shares: the combination is not the seed
@@ -118,7 +117,7 @@ class SecAggCollusion(Attack):
                     b_shares.append((x, blob[_ANSWER.size:]))
         if len(b_shares) < aux.threshold:
             raise NoInput(f"the server did not receive t shares of {aux.target}'s self-mask seed (it dropped)")
-        b_seed = Shamir.combine(sorted(b_shares)[:aux.threshold])
+        b_seed = shamir.combine(b_shares, aux.threshold)
         grid = aux.grid
         y = np.frombuffer(masked[0].blobs[0], dtype=np.dtype(grid.dtype).newbyteorder("<")).astype(grid.dtype)
         y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)

@@ -51,8 +51,8 @@ def too_slow(cost: str, clients: int, size: int) -> str | None:
         return "K*n > 2e7 (sum HE preset)"
     if cost == "shares" and clients * clients * size > 2e9:
         return "K^2*n > 2e9 (in-process sharing is O(K^2 n))"
-    if cost == "secagg-complete" and clients > 50:
-        return "K > 50 (complete graph: pycryptodome's pure-Python Shamir at t = 2K/3 costs ~K^3)"
+    if cost == "secagg-complete" and clients > 100:
+        return "K > 100 (complete graph: K(K-1) X25519 agreements and PRG expansions per sum)"
     if cost == "mp" and (clients > 10 or size > 1e5):
         return "multi-process rows limited to K <= 10, n <= 1e5"
     return None

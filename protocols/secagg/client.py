@@ -2,9 +2,9 @@
 
 1. advertise keys: fresh X25519 pairs c (share encryption) and s (derived from a fresh 16-byte seed,
    pairwise masks); sends both public keys to the server.
-2. share keys: draws the self-mask seed b; Shamir-shares the s seed and b among its share holders;
-   sends each holder its two shares encrypted under their c agreement (through the server), and a
-   commitment to b.
+2. share keys: draws the self-mask seed b; Shamir-shares the s seed and b among its share holders
+   (one `shamir.split` call, an independent polynomial per seed); sends each holder its two shares
+   encrypted under their c agreement (through the server), and a commitment to b.
 3. masked input: y = q + PRG(b) + sum over neighbours v that shared in round 2 of +-PRG(s_uv)
    (+ when u < v), in Z_{2^b}.
 4. unmasking: the server names the survivors (self-mask shares wanted) and the dropped (pairwise
@@ -13,6 +13,8 @@
    lists fewer survivors than the threshold.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -46,24 +48,25 @@ class Client:
         p = crypto.PUBLIC_KEY_BYTES
         self.peer_keys = {v: (blob[:p], blob[p:]) for v, blob in keys.items()}
         self.b_seed = crypto.fresh_seed()
-        s_shares = shamir.split(self.s_seed, self.threshold, self.holders)
-        b_shares = shamir.split(self.b_seed, self.threshold, self.holders)
+        shares = shamir.split([self.s_seed, self.b_seed], self.threshold, self.holders)  # one polynomial each
         sealed = {}
         for v in self.holders:
-            (x, s_share), (_, b_share) = s_shares[v], b_shares[v]
+            x, (s_share, b_share) = shares[v]
             if v == self.index:
                 self.shares_held[v] = (x, s_share, b_share)
                 continue
             if v not in self.peer_keys:  # holder dropped before advertising its keys
                 continue
             if tamper and tamper.get(v) == "bad_share":
-                s_share, b_share = crypto.fresh_seed(), crypto.fresh_seed()
+                s_share, b_share = os.urandom(shamir.SHARE_BYTES), os.urandom(shamir.SHARE_BYTES)
             key = self._share_key(v)
-            sealed[v] = crypto.seal(key, self.index, v, bytes([x >> 8, x & 255]) + s_share + b_share)
+            sealed[v] = crypto.seal(key, self.index, v, x.to_bytes(2, "big") + s_share + b_share)
         return crypto.commitment(self.index, self.b_seed), sealed
 
     def masked_input(self, sealed: dict[int, bytes], q: np.ndarray) -> np.ndarray:
-        """sealed: owner -> its encrypted shares for this client (forwarded by the server)."""
+        """sealed: owner -> its encrypted shares for this client (forwarded by the server). q: the encoded
+        input; it becomes the masked vector y (the masks are added to it in place) and is returned."""
+        n = shamir.SHARE_BYTES
         for u, blob in sealed.items():
             try:
                 plain = crypto.open_sealed(self._share_key(u), blob, u, self.index)
@@ -73,15 +76,12 @@ class Client:
                     f"modified or re-addressed on its way through the server; {client(self.index)} aborts"
                 ) from None
             x = plain[0] << 8 | plain[1]
-            self.shares_held[u] = (x, plain[2:18], plain[18:34])
-        y = q + crypto.expand(crypto.self_mask_key(self.b_seed), q.size, q.dtype)
+            self.shares_held[u] = (x, plain[2:2 + n], plain[2 + n:2 + 2 * n])
+        y = q
+        crypto.add_prg(y, crypto.self_mask_key(self.b_seed))
         self.masked_with = set(sealed)  # the neighbours that shared in round 2
         for v in sorted(self.masked_with):
-            mask = crypto.expand(self.pair_mask_key(v), q.size, q.dtype)
-            if self.index < v:
-                y += mask
-            else:
-                y -= mask
+            crypto.add_prg(y, self.pair_mask_key(v), subtract=self.index > v)  # + when u < v, - when u > v
         return y
 
     def _share_key(self, v: int) -> bytes:

@@ -3,11 +3,13 @@
 - Key agreement: X25519. Each client makes two fresh key pairs per sum: c (encrypts the Shamir
   shares sent through the server) and s (seeds the pairwise masks). The s key pair is derived
   from a fresh 16-byte seed (os.urandom) through HKDF, so that the seed, not the 32-byte key, is
-  what gets Shamir-shared (pycryptodome's Shamir takes 16-byte secrets); the seed has the 128 bits
-  of security of every other primitive here.
+  what gets Shamir-shared (``shamir``: a 128-bit seed fits its prime field); the seed has the 128
+  bits of security of every other primitive here.
 - Key derivation: HKDF-SHA256 with a distinct ``info`` label per use and the pair's indices.
 - PRG: AES-256-CTR keystream (zero IV: every key is used for one expansion only), read as the
-  ring's little-endian uint32/uint64 elements.
+  ring's little-endian uint32/uint64 elements. ``add_prg`` writes the keystream into a reused
+  per-thread buffer (``update_into``) and adds it to the vector in place: the same elements as
+  ``expand``, without allocating a fresh vector per mask.
 - Share encryption: ChaCha20-Poly1305 (AEAD) keyed by the pair's c agreement, a fresh random
   nonce, and the (sender, receiver) indices as associated data, so the server that forwards a
   share can neither read nor alter nor re-address it.
@@ -20,6 +22,7 @@ import functools
 import hashlib
 import os
 import struct
+import threading
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -36,6 +39,9 @@ NONCE_BYTES = 12
 HEADER = struct.Struct("<II")  # (sender, receiver) of an encrypted share
 _ZERO_IV = bytes(16)
 _RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+_SHA256 = hashes.SHA256()
+_BLOCK = 16  # AES block: update_into wants that much room beyond the data
+_local = threading.local()  # the per-thread keystream buffer of add_prg
 
 
 class ShareAuthError(Exception):
@@ -43,7 +49,7 @@ class ShareAuthError(Exception):
 
 
 def hkdf(ikm: bytes, info: bytes, length: int = 32) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=LABEL + b"/" + info).derive(ikm)
+    return HKDF(algorithm=_SHA256, length=length, salt=None, info=LABEL + b"/" + info).derive(ikm)
 
 
 def fresh_seed() -> bytes:
@@ -78,11 +84,35 @@ def self_mask_key(seed: bytes) -> bytes:
     return hkdf(seed, b"self-mask")
 
 
+def _encryptor(key: bytes):
+    return Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
+
+
 def expand(key: bytes, size: int, dtype: type) -> np.ndarray:
     """PRG: ``size`` ring elements of ``dtype`` from the AES-256-CTR keystream of ``key``."""
-    encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
-    stream = encryptor.update(_zeros(size * np.dtype(dtype).itemsize))  # CTR: finalize() adds nothing
+    stream = _encryptor(key).update(_zeros(size * np.dtype(dtype).itemsize))  # CTR: finalize() adds nothing
     return np.frombuffer(stream, dtype=np.dtype(dtype).newbyteorder("<"))
+
+
+def add_prg(y: np.ndarray, key: bytes, subtract: bool = False) -> np.ndarray:
+    """y += expand(key, y.size, y.dtype) (or -=), in place in the ring (y's dtype wraps), without
+    allocating the mask: the keystream goes into this thread's reused buffer. Returns y."""
+    nbytes = y.nbytes
+    buf = getattr(_local, "buf", None)
+    if buf is None or len(buf) < nbytes + _BLOCK:
+        buf = _local.buf = bytearray(nbytes + _BLOCK)
+    _encryptor(key).update_into(_zeros(nbytes), buf)
+    mask = np.frombuffer(buf, dtype=_little_endian(y.dtype), count=y.size)
+    if subtract:
+        np.subtract(y, mask, out=y)
+    else:
+        np.add(y, mask, out=y)
+    return y
+
+
+@functools.lru_cache(maxsize=8)
+def _little_endian(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("<")
 
 
 @functools.lru_cache(maxsize=4)

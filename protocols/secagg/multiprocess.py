@@ -57,12 +57,13 @@ from protocols.secagg.client import Client
 from protocols.secagg.protocol import _ANSWER, _U32, ROUNDS, SecAggProtocol, round_clients
 from protocols.secagg.quantize import make_grid
 from protocols.secagg.server import Server
-from protocols.secagg import crypto
+from protocols.secagg import crypto, shamir
 
 DATA, DROP, STOP, ERROR = 0, 1, 2, 3
 _SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _KEY_BLOB = 4 + 2 * crypto.PUBLIC_KEY_BYTES  # index || c_pk || s_pk as the server forwards it
-_SEALED = crypto.HEADER.size + crypto.NONCE_BYTES + 2 + 2 * 16 + 16  # header, nonce, ciphertext, tag
+# header, nonce, ciphertext (index, two shares), tag
+_SEALED = crypto.HEADER.size + crypto.NONCE_BYTES + 2 + 2 * shamir.SHARE_BYTES + 16
 _COMMITMENT = 32
 _ROUND_NAMES = {1: "advertise_keys", 2: "share_keys", 3: "masked_input", 4: "unmasking"}
 
@@ -235,7 +236,7 @@ def _answer_blobs(answer: dict) -> tuple[bytes, ...]:
 
 def _parse_answer(blob: bytes) -> dict[str, dict[int, tuple[int, bytes]]]:
     out: dict[str, dict[int, tuple[int, bytes]]] = {"b": {}, "s": {}}
-    for piece in _chunks(blob, _ANSWER.size + 16):
+    for piece in _chunks(blob, _ANSWER.size + shamir.SHARE_BYTES):
         kind, u, x = _ANSWER.unpack(piece[:_ANSWER.size])
         out["b" if kind == 0 else "s"][u] = (x, piece[_ANSWER.size:])
     return out

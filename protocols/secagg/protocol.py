@@ -6,12 +6,12 @@ Wire format (all little-endian), per sum:
            server -> client   "setup"  public_key  per live neighbour: index (4 B) || c_pk || s_pk
   round 2  client -> server   "share"  ciphertext  commitment to b (32 B), then per live holder one
                                                    sealed share: (sender, receiver) (8 B) || nonce (12 B)
-                                                   || ChaCha20-Poly1305(index (2 B) || s share || b share) (50 B)
+                                                   || ChaCha20-Poly1305(index (2 B) || s share || b share) (52 B)
            server -> client   "share"  ciphertext  the sealed shares addressed to it, as sent
   round 3  client -> server   "input"  ciphertext  the masked vector y (n x b/8 bytes)
   round 4  server -> client   "reveal" parameters  the indices of the survivors and the dropped it
                                                    asks about (4 B each, after two 4-byte counts)
-           client -> server   "reveal" share       per owner: kind (1 B) || owner (4 B) || index (2 B) || share (16 B)
+           client -> server   "reveal" share       per owner: kind (1 B) || owner (4 B) || index (2 B) || share (17 B)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from protocols.base import SERVER, AggregationResult, Protocol, ProtocolError, Transfer, client
+from protocols.base import SERVER, AggregationResult, Protocol, ProtocolError, Transfer, array_bytes, client
 from protocols.secagg import graph as graphs
 from protocols.secagg.client import Client
 from protocols.secagg.quantize import BITS, MAX_FRAC_BITS, make_grid
@@ -212,7 +212,7 @@ class SecAggProtocol(Protocol):
             def mask(u=u):
                 return clients[u].masked_input(inbox[u], grid.encode(u, values[u]))
             y = timed(3, "c", mask)
-            wire = y.astype(y.dtype.newbyteorder("<")).tobytes()
+            wire = array_bytes(y)
             transfers.append(Transfer(client(u), SERVER, "input", "ciphertext", len(wire), (wire,)))
             if u not in late:
                 masked[u] = y

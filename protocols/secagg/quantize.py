@@ -14,17 +14,19 @@ client's rounding), a public number; 0 for integers.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from protocols.base import ProtocolError, max_abs_value
+from protocols.base import ProtocolError
 
 BITS = (32, 64)
 MAX_FRAC_BITS = 52
 _UINT = {32: np.uint32, 64: np.uint64}
 _INT = {32: np.int32, 64: np.int64}
+_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,11 @@ class Grid:
         return 0.0 if self.integer else self.num_clients * 2.0 ** -(self.frac_bits + 1)
 
     def encode(self, k: int, x: torch.Tensor) -> np.ndarray:
-        """Client k's flat input -> ring elements. Raises ProtocolError outside |x| <= limit."""
+        """Client k's flat input -> a fresh array of ring elements. Raises ProtocolError outside |x| <= limit."""
         a = x.numpy()
-        # Integers: exact Python ints (np.abs(int64 min) overflows to a negative value).
-        m = max(-int(a.min()), int(a.max())) if self.integer else max_abs_value(x)
+        # Integers: exact Python ints (np.abs(int64 min) overflows to a negative value). Floats (finite,
+        # checked by Protocol.aggregate): max |x| = max(-min, max), without an |x| temporary.
+        m = max(-int(a.min()), int(a.max())) if self.integer else max(-float(a.min()), float(a.max()))
         if m > self.limit:
             what = "integer range" if self.integer else f"clip range (clip_range={self.limit:g})"
             raise ProtocolError(
@@ -60,15 +63,29 @@ class Grid:
                 f"for {self.num_clients} clients on a {self.bits}-bit ring; scale the inputs down, raise "
                 "clip_range or use bits=64"
             )
-        q = a.astype(np.int64) if self.integer else np.rint(a * 2.0**self.frac_bits).astype(np.int64)
-        return q.astype(_INT[self.bits]).view(self.dtype)  # |q| < 2^(b-1): the two's-complement element
+        if self.integer:
+            q = a.astype(_INT[self.bits])  # |q| <= limit < 2^(b-1): exact
+        else:
+            scaled = np.multiply(a, 2.0**self.frac_bits, out=_scratch(a.size))  # exact: a power of two
+            np.rint(scaled, out=scaled)
+            q = scaled.astype(_INT[self.bits])  # |q| < 2^(b-1): exact, no wrap
+        return q.view(self.dtype)  # the two's-complement element
 
     def decode(self, total: np.ndarray) -> torch.Tensor:
         """The unmasked ring sum -> int64 (integers) or float64 on the grid."""
-        signed = total.view(_INT[self.bits]).astype(np.int64)
+        signed = total.view(_INT[self.bits])
         if self.integer:
-            return torch.from_numpy(signed)
-        return torch.from_numpy(signed.astype(np.float64) / 2.0**self.frac_bits)  # exact: |sum| <= 2^53
+            return torch.from_numpy(signed.astype(np.int64))
+        # int -> float64 is exact (|sum| <= 2^53) and so is the power-of-two scaling: sum / 2^f.
+        return torch.from_numpy(np.multiply(signed, 2.0**-self.frac_bits, dtype=np.float64))
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's reused float64 buffer of ``size`` elements (encode's intermediate)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _local.buf = np.empty(size, dtype=np.float64)
+    return buf[:size]
 
 
 def make_grid(bits: int, clip_range: float, frac_bits: int | str, num_clients: int, integer: bool) -> Grid:

@@ -74,7 +74,10 @@ class Server:
     def add(self, masked: dict[int, np.ndarray]) -> np.ndarray:
         total = None
         for u in sorted(masked):
-            total = masked[u].copy() if total is None else total + masked[u]  # wraps mod 2^b: the protocol
+            if total is None:
+                total = masked[u].copy()
+            else:
+                total += masked[u]  # wraps mod 2^b: the protocol
         return total
 
     def requests(self, ask_both: int | None = None) -> dict[int, tuple[list[int], list[int]]]:
@@ -82,9 +85,14 @@ class Server:
         ``ask_both`` (fault injection): a survivor whose s share the server asks for too."""
         survivors, shared = self.alive[3], self.alive[2]
         dropped = shared - survivors
+        held_by: dict[int, set[int]] = {v: set() for v in survivors}  # holder -> owners that shared (O(K m))
+        for u in shared:
+            for v in self.holders[u]:
+                if v in held_by:
+                    held_by[v].add(u)
         out = {}
         for v in sorted(survivors):
-            mine = {u for u in shared if v in self.holders[u]}
+            mine = held_by[v]
             s_wanted = sorted(mine & dropped) + ([ask_both] if ask_both is not None and ask_both in mine else [])
             out[v] = (sorted(mine & survivors), s_wanted)
         return out
@@ -92,33 +100,31 @@ class Server:
     def unmask(self, total: np.ndarray, answers: dict[int, dict[str, dict[int, tuple]]]) -> np.ndarray:
         """Remove the survivors' self masks and the dropped clients' pairwise masks from the sum."""
         survivors, dropped = self.alive[3], self.alive[2] - self.alive[3]
+        answers = _by_owner(answers)
         total = total.copy()
         for u in sorted(survivors):
             committed = self.commitments[u]
             seed = self._reconstruct(u, "b", answers, lambda seed, u=u: crypto.commitment(u, seed) == committed)
-            total -= crypto.expand(crypto.self_mask_key(seed), total.size, total.dtype)
+            crypto.add_prg(total, crypto.self_mask_key(seed), subtract=True)
         for u in sorted(dropped):
             advertised = self.keys[u][crypto.PUBLIC_KEY_BYTES:]
             seed = self._reconstruct(u, "s", answers, lambda seed: crypto.keypair_from_seed(seed)[1] == advertised)
             s_private, _ = crypto.keypair_from_seed(seed)
             for v in sorted(self.neighbours[u] & survivors):
                 shared = crypto.agree(s_private, self.keys[v][crypto.PUBLIC_KEY_BYTES:])
-                mask = crypto.expand(crypto.pair_key(shared, b"pair-mask", u, v), total.size, total.dtype)
-                if v < u:  # v added this mask
-                    total -= mask
-                else:
-                    total += mask
+                # v added this mask when v < u (remove it), subtracted it when v > u (add it back)
+                crypto.add_prg(total, crypto.pair_key(shared, b"pair-mask", u, v), subtract=v < u)
         return total
 
-    def _shares(self, u: int, which: str, answers) -> list[tuple[int, int, bytes]]:
-        return sorted((share[0], v, share[1]) for v, a in answers.items() if u in a[which] for share in [a[which][u]])
+    def _shares(self, u: int, which: str, by_owner) -> list[tuple[int, int, bytes]]:
+        return sorted(by_owner[which].get(u, ()))
 
-    def _reconstruct(self, u: int, which: str, answers, valid) -> bytes:
+    def _reconstruct(self, u: int, which: str, by_owner, valid) -> bytes:
         """u's seed from t of its holders' shares, checked by ``valid`` (its commitment or public key).
         When the first t shares fail the check and more than t arrived, other t-subsets are tried (up to
         MAX_SUBSETS): a consistent one gives the seed, and the holders whose shares disagree with it are
         recorded in ``faulty``. ProtocolError when fewer than t shares arrived or no subset is consistent."""
-        shares = self._shares(u, which, answers)
+        shares = self._shares(u, which, by_owner)
         what = "self-mask seed" if which == "b" else "pairwise-key seed"
         t = self.threshold
         if len(shares) < t:
@@ -147,3 +153,14 @@ class Server:
             f"from {names(v for _, v, _ in shares)} rebuild a seed that matches {check}; a holder (or {client(u)} "
             "when it shared) sent a malformed share"
         )
+
+
+def _by_owner(answers: dict[int, dict[str, dict[int, tuple]]]) -> dict[str, dict[int, list[tuple[int, int, bytes]]]]:
+    """The round-4 answers (holder -> {"b"|"s": {owner: (index, share)}}) regrouped by seed:
+    {"b"|"s": {owner: [(index, holder, share), ...]}}, in one pass (not one pass per owner)."""
+    out: dict[str, dict[int, list]] = {"b": {}, "s": {}}
+    for v, answer in answers.items():
+        for which, shares in answer.items():
+            for u, (x, share) in shares.items():
+                out[which].setdefault(u, []).append((x, v, share))
+    return out

@@ -12,13 +12,12 @@ import struct
 import numpy as np
 import pytest
 import torch
-from Crypto.Protocol.SecretSharing import Shamir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
-from protocols.secagg import crypto
+from protocols.secagg import crypto, shamir
 from protocols.secagg.graph import default_degree, default_threshold, neighbours
 
 
@@ -253,7 +252,7 @@ def test_late_client_is_left_out_and_stays_masked():
     server = p.last_run["server"]
     answers_s = [(x, s) for t in result.received("server") if t.step == "reveal" for b in t.blobs
                  for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 1 and owner == 1 for s in [b[7:]]]
-    seed = Shamir.combine(sorted(answers_s)[:server.threshold])
+    seed = shamir.combine(answers_s, server.threshold)
     s_private, s_public = crypto.keypair_from_seed(seed)
     assert s_public == server.keys[1][32:]
     z = y.copy()
@@ -323,11 +322,11 @@ def test_coalition_of_t_minus_1_learns_nothing_t_unmask_one_input(graph):
     advertised_s_pk = next(t_ for t_ in result.received("server") if t_.sender == f"client{target}"
                            and t_.step == "setup").blobs[0][32:]
     # t - 1 colluding holders: the combination is not the seed (and Shamir says it is independent of it).
-    wrong = Shamir.combine(_s_shares_held(p, target, holders[:t - 1]))
+    wrong = shamir.combine(_s_shares_held(p, target, holders[:t - 1]), t - 1)
     assert wrong != p.last_run["clients"][target].s_seed
     assert crypto.keypair_from_seed(wrong)[1] != advertised_s_pk
     # t colluding holders recover the seed ...
-    seed = Shamir.combine(_s_shares_held(p, target, holders[:t]))
+    seed = shamir.combine(_s_shares_held(p, target, holders[:t]), t)
     assert seed == p.last_run["clients"][target].s_seed
     s_private, s_public = crypto.keypair_from_seed(seed)
     assert s_public == advertised_s_pk
@@ -335,7 +334,7 @@ def test_coalition_of_t_minus_1_learns_nothing_t_unmask_one_input(graph):
     # the masked input) they unmask the target's input exactly, on the grid.
     b_shares = [(x, b[7:]) for t_ in result.received("server") if t_.step == "reveal" for b in t_.blobs
                 for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 0 and owner == target]
-    b_seed = Shamir.combine(sorted(b_shares)[:t])
+    b_seed = shamir.combine(b_shares, t)
     y = np.frombuffer(next(t_ for t_ in result.received("server") if t_.sender == f"client{target}"
                            and t_.step == "input").blobs[0], "<u4").copy()
     y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
@@ -357,6 +356,43 @@ def test_kregular_graph_is_regular_symmetric_and_defaults():
         assert all(u in nb[v] for u in range(n) for v in nb[u])
     assert default_degree(100) == 14 and default_degree(1000) == 20 and default_degree(5) == 4
     assert default_threshold(10) == 7 and default_threshold(1) == 1 and default_threshold(15) == 11
+
+
+def test_shamir_split_combine_and_threshold():
+    """MPyC's Shamir over GF(2^130 - 5): any t of m shares give each seed back, one independent polynomial
+    per seed; t - 1 shares do not; a 128-bit seed always fits the field; shares are fresh per split."""
+    from mpyc import gmpy
+
+    assert gmpy.is_prime(shamir.P) and shamir.P > 2**128 and shamir.SHARE_BYTES == 17
+    seeds = [crypto.fresh_seed(), crypto.fresh_seed()]
+    holders = (2, 5, 7, 8, 11, 13, 20)
+    for t in (1, 3, 7):
+        shares = shamir.split(seeds, t, holders)
+        assert [shares[v][0] for v in holders] == list(range(1, len(holders) + 1))
+        for which in (0, 1):
+            points = [(x, ys[which]) for x, ys in shares.values()]
+            assert all(len(y) == shamir.SHARE_BYTES for _, y in points)
+            assert shamir.combine(points[::-1], t) == seeds[which]  # the t lowest indices, in any order
+            assert shamir.combine(points[-t:], t) == seeds[which]
+            if t > 1:
+                assert shamir.combine(points[:t - 1], t - 1) != seeds[which]
+        assert (shares != shamir.split(seeds, t, holders)) == (t > 1)  # fresh coefficients (t = 1: the seed)
+    with pytest.raises(ValueError):
+        shamir.combine([(1, bytes(17))], 2)
+    # Garbage that interpolates past 128 bits is no seed (17 bytes: no commitment or key check passes).
+    assert len(shamir.combine([(1, (2**129).to_bytes(17, "big"))], 1)) == 17
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_add_prg_is_expand_in_place(dtype):
+    key = crypto.hkdf(crypto.fresh_seed(), b"test")
+    y = np.arange(1000, dtype=dtype)
+    want = y + crypto.expand(key, y.size, dtype)
+    assert crypto.add_prg(y, key) is y and np.array_equal(y, want)
+    crypto.add_prg(y, key, subtract=True)
+    assert np.array_equal(y, np.arange(1000, dtype=dtype))
+    big = np.zeros(5000, dtype=dtype)  # the per-thread buffer grows and is reused
+    assert np.array_equal(crypto.add_prg(big, key), crypto.expand(key, 5000, dtype))
 
 
 def test_upload_per_value_and_sparse_graph_bytes():
