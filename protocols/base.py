@@ -85,6 +85,13 @@ class AggregationResult:
     server_context: bytes | None = field(default=None, repr=False)
     details: dict = field(default_factory=dict)
 
+    @property
+    def survivors(self) -> list[int]:
+        """The clients whose input is in ``total``, in client order: all K unless the backend reports a
+        dropout (``details["survivors"]``: secagg). Methods weight by these, never by K."""
+        survivors = self.details.get("survivors")
+        return list(range(self.num_clients)) if survivors is None else [int(k) for k in survivors]
+
     def received(self, party: str) -> list[Transfer]:
         """The transfers ``party`` received, in order (the server's view: ``received("server")``)."""
         return [t for t in self.transfers if t.receiver == party]

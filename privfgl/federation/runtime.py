@@ -5,6 +5,14 @@ A method is written as client steps and server steps. Whatever crosses between t
 e.g. split-learning messages), and `aggregate` (every client -> a sum revealed by the selected
 secure-aggregation protocol). The runtime counts bytes, times phases and records each party's
 view in the transcript.
+
+Participation. A sum holds the inputs of the clients that took part in it: a protocol with dropout
+(secagg) reports its survivors (`AggregationResult.survivors`), and the runtime's own participation
+mask (`Federation.absent`, any protocol) leaves clients out of a round before the protocol starts,
+as if they had dropped before sending anything. `Federation.survivors(round, name)` names the
+clients in each revealed sum; methods weight by what the survivors contributed (counts summed in
+the same message, or the survivors' count), never by K. `cost()["participation"]` records every
+sum that missed a client.
 """
 from __future__ import annotations
 
@@ -29,6 +37,46 @@ def flatten(tensors: Tensors) -> tuple[torch.Tensor, list[tuple[str, torch.Size]
     return flat, layout
 
 
+def participation_mask(absent) -> dict | None:
+    """A participation mask checked: None, a callable (round, name) -> client indices, or a mapping
+    {round: [client indices]} whose key "*" applies to every round (rounds may be strings: JSON)."""
+    if absent is None or callable(absent):
+        return absent
+    if not isinstance(absent, dict):
+        raise ValueError(f"absent: expected a mapping round -> client indices (key '*': every round) or a "
+                         f"callable (round, name) -> client indices, got {absent!r}")
+    out = {}
+    for r, who in absent.items():
+        if r != "*":
+            try:
+                r = int(r)
+            except (TypeError, ValueError):
+                raise ValueError(f"absent: round keys must be integers >= 0 or '*', got {r!r}") from None
+        if isinstance(who, int):
+            who = [who]
+        if not isinstance(who, (list, tuple, set, frozenset)) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in who):
+            raise ValueError(f"absent: round {r}: expected a list of client indices, got {who!r}")
+        out[r] = frozenset(who)
+    return out
+
+
+def _rename_clients(result, present: list[int], num_clients: int) -> None:
+    """A protocol run over the present clients only (its indices 0..len(present)-1): its transfers,
+    openers and survivors renamed to the federation's client indices, in place."""
+    names = {client_name(i): client_name(k) for i, k in enumerate(present)}
+    for t in result.transfers:
+        t.sender, t.receiver = names.get(t.sender, t.sender), names.get(t.receiver, t.receiver)
+    result.opened_by = tuple(names.get(p, p) for p in result.opened_by)
+    survivors = [present[i] for i in result.survivors]
+    result.details = dict(result.details)
+    if "dropped" in result.details:
+        result.details["dropped"] = {names.get(c, c): r for c, r in result.details["dropped"].items()}
+    result.details["survivors"] = survivors
+    result.details["absent"] = sorted(set(range(num_clients)) - set(present))
+    result.num_clients = num_clients
+
+
 def unflatten(flat: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> Tensors:
     out, i = {}, 0
     for name, shape in layout:
@@ -49,7 +97,7 @@ class Federation:
     party's transcript view is exactly what it received.
     """
 
-    def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None, dp=None):
+    def __init__(self, num_clients: int, protocol, transcript: Transcript | None = None, dp=None, absent=None):
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
         self.num_clients = num_clients
@@ -64,6 +112,39 @@ class Federation:
         # tensors the clients gave the protocol, "protocol": the protocol object (its keys score HE attacks)}.
         # Kept like the transcript's payloads (all rounds, the last round, or none).
         self.audit_log: dict[tuple[int, str], dict] = {}
+        # The runtime's participation mask: {round: [clients]} ("*": every round) or (round, name) -> clients
+        # left out of that round's sums (any protocol); see participation_mask.
+        self.absent = absent
+        # (round, name) -> the clients whose input is in that revealed sum (survivors), for every sum.
+        self.participation: dict[tuple[int, str], list[int]] = {}
+
+    @property
+    def absent(self):
+        return self._absent
+
+    @absent.setter
+    def absent(self, value) -> None:
+        self._absent = participation_mask(value)
+
+    def absent_in(self, round: int, name: str) -> frozenset[int]:
+        """The clients the participation mask leaves out of this sum (checked against K)."""
+        mask = self._absent
+        if mask is None:
+            return frozenset()
+        who = frozenset(mask(round, name)) if callable(mask) else mask.get(round, frozenset()) | mask.get("*", frozenset())
+        bad = sorted(k for k in who if not 0 <= k < self.num_clients)
+        if bad:
+            raise ValueError(f"absent: client index {bad[0]} is out of range for {self.num_clients} clients")
+        return who
+
+    def survivors(self, round: int | None, name: str) -> list[int]:
+        """The clients whose input is in the sum `name` revealed in `round` (all K without dropout);
+        round None: the latest sum of `name`."""
+        if round is None:
+            round = next((r for r, n in reversed(self.participation) if n == name), None)
+        if (round, name) not in self.participation:
+            raise KeyError(f"no sum {name!r} was revealed in round {round}")
+        return list(self.participation[(round, name)])
 
     def broadcast(self, round: int, name: str, tensors: Tensors) -> Tensors:
         """Server sends the same plaintext tensors to every client; returns what they receive."""
@@ -104,7 +185,19 @@ class Federation:
                 raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
         protocol = protocol or self.protocol
         self._log_for_audit(round, name, flats, protocol)
-        result = protocol.aggregate(list(flats), reveal_to=reveal_to)
+        absent = self.absent_in(round, name)
+        if absent:  # the mask: those clients send nothing; the protocol runs over the others
+            present = [k for k in range(self.num_clients) if k not in absent]
+            if not present:
+                raise ValueError(f"aggregate {name!r} in round {round}: the participation mask leaves out every "
+                                 "client; no sum to reveal")
+            result = protocol.aggregate([flats[k] for k in present], reveal_to=reveal_to)
+            _rename_clients(result, present, self.num_clients)
+        else:
+            result = protocol.aggregate(list(flats), reveal_to=reveal_to)
+        self.participation[(round, name)] = result.survivors
+        if dp is not None:
+            dp.note_participation(round, name, len(result.survivors))
         self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
@@ -132,6 +225,11 @@ class Federation:
             raise ValueError(f"compute {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
         if self.dp is not None and self.dp.applies_to(name):
             raise ValueError(f"compute {name!r}: message DP on a computed message is not built")
+        absent = self.absent_in(round, name)
+        if absent:
+            raise ValueError(f"compute {name!r} in round {round}: the participation mask leaves out "
+                             f"{', '.join(client_name(k) for k in sorted(absent))}; a computation on secret shares "
+                             "needs every client (dropout is built for aggregate only)")
         compute = getattr(self.protocol, "compute", None)
         if compute is None:
             raise ValueError(f"compute {name!r}: protocol {self.protocol.name!r} cannot compute on secret shares; "
@@ -204,4 +302,15 @@ class Federation:
             "bytes_up_per_client": [int(self.channel.sent[c]) for c in self.clients],
             "messages": self.channel.messages,
             "by_link": {f"{a}->{b}": int(n) for (a, b), n in sorted(self.channel.links.items())},
+            "participation": self.participation_summary(),
         }
+
+    def participation_summary(self) -> dict:
+        """Per-round participation: how many sums were revealed, how many client inputs they missed, and
+        for every sum that missed one, its round, message, survivors and the clients left out."""
+        everyone = list(range(self.num_clients))
+        partial = [{"round": r, "message": name, "survivors": survivors,
+                    "dropped": sorted(set(everyone) - set(survivors))}
+                   for (r, name), survivors in self.participation.items() if survivors != everyone]
+        return {"sums": len(self.participation), "dropped_inputs": sum(len(p["dropped"]) for p in partial),
+                "partial_sums": partial}

@@ -19,6 +19,14 @@ sees every upload and so who took part (attacks/participation.py recovers it): r
 at q = 1, and the record's `amplification` says why. The truth of who took part is kept in
 `setup.extras["sampled_clients"]` for the auditor (never in the server's view).
 
+Dropout (`--protocol secagg` with `dropout`, or the runtime's participation mask): the sum holds the
+deltas of the survivors S only, and the denominator is q·|S| (q·K without dropout): the unbiased mean
+over S, a function of who answered (public to the server), not of the data, so the release (the noised
+sum) and its accounting are unchanged. Under mode=distributed each dropped client's 1/K share of the
+noise variance is missing from the sum: ε as accounted does not hold for those rounds, and the record's
+`dp.dropout` lists them (never folded into ε). Dropout is not a secret sample: the server knows who
+dropped, so it adds no amplification.
+
 Method params: q (client sampling rate, default 1.0), server_lr (η, default 1.0), sampling_seed
 ("os", the default, or an integer for reproducible coins).
 """
@@ -97,8 +105,10 @@ def run_dp_fedavg(setup: Setup) -> None:
         return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
 
     def update(sums: Params, received: Params) -> Params:
-        """Server: w + η · (noised sum of deltas) / (qK), a fixed denominator."""
-        return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * K)).to(received[n].dtype)
+        """Server: w + η · (noised sum of deltas) / (q·|S|), S the clients whose upload is in the sum (all K
+        without dropout): a denominator fixed before the data, public (the server names the survivors)."""
+        survivors = len(fed.survivors(None, "model_update"))
+        return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * survivors)).to(received[n].dtype)
                 for n in received}
 
     run_rounds(setup, "dp-fedavg", upload, update, sample_rate=accounted_q)

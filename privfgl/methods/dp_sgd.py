@@ -5,7 +5,9 @@ from the run config, no dropout) with full-batch node-level DP-SGD on its degree
 (privfgl/privacy/dpsgd.py: per-node gradients on k-hop subgraphs via torch.func, clip C, noise
 σ·C·(2N_D − 1), Adam on the noisy mean gradient). With `federated=true` (default) the clients
 upload their models after every round's `local_epochs` steps and the server averages them with
-uniform weights (n_k would be data-dependent); uploads are post-processing of DP outputs and each
+uniform weights (n_k would be data-dependent) over the clients whose upload is in the sum (under dropout
+the survivors: `Federation.survivors`, never K; every client, a dropped one too, starts the next round
+from the new global model, as in FedAvg); uploads are post-processing of DP outputs and each
 node belongs to one client, so every node gets the same ε: rounds × local_epochs Gaussian releases
 of noise multiplier σ at sampling rate 1, composed by opacus' accountant.
 
@@ -126,7 +128,8 @@ def run_dp_sgd(setup: Setup) -> None:
             continue
         uploads = [{n: v.detach().double() for n, v in s["params"].items()} for s in clients]
         sums = fed.aggregate(r, "model_update", uploads)
-        new_global = {n: (v / K).float() for n, v in sums.items()}
+        survivors = len(fed.survivors(r, "model_update"))  # the uniform mean over the clients in the sum, not K
+        new_global = {n: (v / survivors).float() for n, v in sums.items()}
         with timer.phase("broadcast"):
             new_global = fed.broadcast(r, "global_model", new_global)
         with torch.no_grad():

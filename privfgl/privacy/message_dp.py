@@ -86,6 +86,17 @@ class MessageDP:
         # Auditor side only: release index -> every client's clipped upload, for the latest release
         # of each protected message (a method aggregates a message at most once a round).
         self.audit_clipped: dict[int, list[Tensors]] = {}
+        # Releases whose sum missed clients (dropout): under mode=distributed each missing client's 1/K
+        # share of the noise variance is missing too. Reported, never folded into epsilon.
+        self.short_releases: list[dict] = []
+
+    def note_participation(self, round: int, name: str, survivors: int) -> None:
+        """Record a release whose sum holds `survivors` < K client inputs (dropout, participation mask)."""
+        if survivors < self.num_clients:
+            entry = {"round": round, "message": name, "survivors": survivors}
+            if self.spec.mode == "distributed":
+                entry["noise_variance_fraction"] = survivors / self.num_clients
+            self.short_releases.append(entry)
 
     def applies_to(self, name: str) -> bool:
         return name in self.spec.messages
@@ -138,6 +149,17 @@ class MessageDP:
               "sensitivity": self.spec.clip, "sensitivity_norm": f"L{self.spec.clip_norm}", **noise,
               "denominator_floor": self.denominator_floor, "releases": self.accountant.releases,
               **self.source.provenance()}
+        if self.short_releases:
+            distributed = self.spec.mode == "distributed"
+            dp["dropout"] = {
+                "releases_missing_clients": len(self.short_releases),
+                "min_survivors": min(e["survivors"] for e in self.short_releases),
+                "warning": ("mode=distributed: a sum that missed clients carries only survivors/K of the calibrated "
+                            "noise variance (each client adds a 1/K share); epsilon above is accounted at the full "
+                            "variance and does not hold for those releases") if distributed else
+                           ("the sum missed clients; the noise is the calibrated one (central or local mode), so "
+                            "epsilon holds; the sampling rate accounted is the configured one"),
+                "releases": self.short_releases[:100]}
         spent = self.accountant.spent()
         return {"dp": dp, "epsilon": spent.pop("epsilon"), "delta": spent.pop("delta"),
                 "accountant": spent.pop("accountant"), **spent}

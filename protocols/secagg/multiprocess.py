@@ -330,9 +330,11 @@ def server_sum(channel: _Channel, protocol: SecAggProtocol, num_clients: int, in
         except PartyGone as e:
             gone[dst] = str(e)
 
-    def check(r: int, arrived) -> None:
+    def check(r: int, arrived, step=None):
+        """server.check_round(r, arrived), or ``step()`` (a server step that may stop the sum, e.g. the per-client
+        survivor check of ``Server.requests``); its ProtocolError names the processes that were lost."""
         try:
-            server.check_round(r, set(arrived))
+            return server.check_round(r, set(arrived)) if step is None else step()
         except ProtocolError as e:
             lost = sorted(set(gone) - set(arrived))
             if lost:
@@ -380,7 +382,7 @@ def server_sum(channel: _Channel, protocol: SecAggProtocol, num_clients: int, in
         t0 = time.perf_counter()
         check(3, masked)
         total = server.add(masked)
-        requests = server.requests()
+        requests = check(3, masked, server.requests)  # Server.check_recoverable: t live holders per seed, as in process
         seconds[3] += time.perf_counter() - t0
 
         # Round 4: unmasking.

@@ -80,9 +80,28 @@ class Server:
                 total += masked[u]  # wraps mod 2^b: the protocol
         return total
 
+    def check_recoverable(self) -> None:
+        """After round 3, before any share is asked for: every seed round 4 must rebuild (each survivor's self-mask
+        seed b, each dropped client's pairwise-key seed s) needs t share holders among the survivors. Under the
+        k-regular graph a client's holders are its neighbourhood, so t survivors in all is not enough: the
+        neighbours of one client can all be gone. ProtocolError names the first such client (survivors, then
+        the dropped, in index order) and its missing holders; the same check in process and multi-process."""
+        survivors, dropped, t = self.alive[3], self.alive[2] - self.alive[3], self.threshold
+        for which, owners in (("self-mask seed", survivors), ("pairwise-key seed", dropped)):
+            for u in sorted(owners):
+                holders = set(self.holders[u])
+                live = holders & survivors
+                if len(live) < t:
+                    raise ProtocolError(
+                        f"secagg round 3 (masked input): cannot unmask the sum: {client(u)}'s {which} has "
+                        f"{len(live)} share holders left ({names(live)}), fewer than the threshold t = {t}; "
+                        f"missing: {names(holders - survivors - {u})}"
+                    )
+
     def requests(self, ask_both: int | None = None) -> dict[int, tuple[list[int], list[int]]]:
-        """Round 4 request to each survivor: (survivors whose b share it holds, dropped whose s share it holds).
-        ``ask_both`` (fault injection): a survivor whose s share the server asks for too."""
+        """Round 4 request to each survivor: (survivors whose b share it holds, dropped whose s share it holds),
+        after ``check_recoverable``. ``ask_both`` (fault injection): a survivor whose s share the server asks for too."""
+        self.check_recoverable()
         survivors, shared = self.alive[3], self.alive[2]
         dropped = shared - survivors
         held_by: dict[int, set[int]] = {v: set() for v in survivors}  # holder -> owners that shared (O(K m))

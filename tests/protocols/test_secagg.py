@@ -46,11 +46,16 @@ def expected_outcome(protocol, num_clients: int, dropout: dict[int, set[int]]):
         for k in dropout[r]:
             drop_at[k] = r
     alive = {r: {k for k in range(num_clients) if drop_at.get(k, 5) > r} for r in (1, 2, 3, 4)}
+    owners = sorted(alive[3]) + sorted(alive[2] - alive[3])  # the survivors' b, then the dropped clients' s
     for r in (1, 2, 3, 4):
         if len(alive[r]) < t:
             return None, set(range(num_clients)) - alive[r]
-    # The survivors' self-mask seeds, then the dropped clients' pairwise-key seeds: t holders must answer.
-    for u in sorted(alive[3]) + sorted(alive[2] - alive[3]):
+        if r == 3:  # Server.check_recoverable: every seed to rebuild keeps t holders among the survivors
+            for u in owners:
+                if len(set(holders[u]) & alive[3]) < t:
+                    return None, set(holders[u]) - alive[3] - {u}
+    # Round 4: t holders must answer for every seed.
+    for u in owners:
         answering = set(holders[u]) & alive[4]
         if len(answering) < t:
             return None, set(holders[u]) - answering - ({u} if u not in alive[3] else set())

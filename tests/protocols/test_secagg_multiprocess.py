@@ -108,3 +108,35 @@ def test_fedavg_cli_multiprocess(planetoid_root, tmp_path):
     record = json.loads(out.read_text())
     assert record["config"]["protocol_params"] == {"mode": "multiprocess"}
     assert 0.3 < record["metrics"]["test_acc"] <= 1.0
+
+
+def test_kregular_neighbourhood_check_is_the_in_process_one():
+    """Under graph=kregular a client's share holders are its neighbourhood: killing both neighbours of client 0
+    leaves 4 of 6 clients (>= t = 2) but only 1 holder of client 0's self-mask seed, so the sum cannot be
+    unmasked: the server stops after round 3 (Server.check_recoverable, shared with the in-process server)
+    with the in-process message naming the missing holders, plus the lost processes. Killing one neighbour
+    just survives."""
+    params = dict(graph="kregular", degree=2, threshold=2)
+    inproc = get_protocol("secagg", **params)
+    nbrs, _, t = inproc.setup(6)
+    assert t == 2 and nbrs[0] == {1, 4}  # public ring order of graph_seed 0
+    xs = [torch.full((4,), float(k + 1), dtype=torch.float64) for k in range(6)]
+    with pytest.raises(ProtocolError) as expected:
+        get_protocol("secagg", dropout={3: [1, 4]}, **params).aggregate(xs)
+    assert str(expected.value) == ("secagg round 3 (masked input): cannot unmask the sum: client0's self-mask seed "
+                                   "has 1 share holders left (client0), fewer than the threshold t = 2; missing: "
+                                   "client1, client4")
+    session = get_protocol("secagg", mode="multiprocess", timeout_s=3, **params)
+    try:
+        session.kill_at = {3: [1]}  # one neighbour of client 0 gone: its seed keeps holders 0 and 4
+        result = session.aggregate(xs)
+        assert result.details["survivors"] == [0, 2, 3, 4, 5] and result.details["dropped"] == {"client1": 3}
+        assert within_bound(result, xs, [0, 2, 3, 4, 5])
+        session.kill_at = {3: [1, 4]}  # both neighbours gone (the session restarts after the lost party)
+        with pytest.raises(ProtocolError) as err:
+            session.aggregate(xs)
+        message = str(err.value)
+        assert "\n" not in message
+        assert message == f"{expected.value} (process gone: client1, client4)"
+    finally:
+        session.close()

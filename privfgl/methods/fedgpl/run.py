@@ -11,6 +11,10 @@ federated:
   runs on CrypTen shares instead: the server learns τ̂ only, the clients the task models.
 - fedavg / fedprox: one secure sum of {θ_k, 1} over all clients (FedProx adds μ/2·||θ − θ_g||²).
 - local: no federation of prompts and heads (the clients still share the server's trunk).
+Dropout (secagg's `dropout`, the runtime's participation mask): every sum carries its own weights
+(1 or c_j per client, in the same message), so the means are the survivors'; a task group with no
+surviving client keeps its start model θ_t (and θ'_t in phase 2). Every client, a dropped one
+included, then loads its task's new model, as FedAvg's clients load the next global model.
 Evaluation (the measurement harness, outside the channel and any noise): after each round every
 client scores its own samples with its prompt, head and the server's trunk (dropout off); the round
 with the best mean validation accuracy is reported (the train-query part of B.8 is the validation
@@ -137,6 +141,8 @@ def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], 
         else:
             group = fed.aggregate(r, UPDATE, _task_slots(thetas, [1.0] * len(thetas), tasks, T))
             now = group["theta"] / group["weight"].clamp_min(1.0).unsqueeze(1)   # θ'_t: task means
+            # a task group none of whose clients is in the sum (dropout) keeps its start model
+            now = torch.where((group["weight"] > 0).unsqueeze(1), now, start)
             tau = hidta.transferability(now, start, p.hidta_mode)
         setup.extras.setdefault("fedgpl_tau", []).append(tau.tolist())
         if p.hidta_mode == "code":
@@ -147,6 +153,8 @@ def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], 
             factors = [hidta.client_factor(theta, now[t]) for theta, t in zip(thetas, tasks)]  # client side
             weighted = fed.aggregate(r, UPDATE + ":weighted", _task_slots(thetas, factors, tasks, T))
             new = hidta.combine(tau, weighted["theta"], weighted["weight"])
+            # a task whose row weighs no surviving client (dropout) keeps θ'_t
+            new = torch.where((tau @ weighted["weight"] > 0).unsqueeze(1), new, now)
     for c, t in zip(clients, tasks):
         _load(c, new[t])
     return new

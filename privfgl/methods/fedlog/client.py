@@ -204,8 +204,10 @@ class FedLoGClient:
         here, on the client (A.4(b) 1: the code's server-side shuffle, moved client-side). [s·C, d]."""
         s = self.p.s
         perm = torch.cat([c * s + torch.randperm(s, generator=self.rng) for c in range(self.C)])
-        weights = (self.class_rate * shared.double()).repeat_interleave(s)
-        return {"x_head": self.x_head.detach().double()[perm] * weights[:, None]}
+        rates = self.class_rate * shared.double()
+        weights = rates.repeat_interleave(s)
+        # r: Eq. 7's denominator term in the same sum, so that the server divides by the survivors' Σ r
+        return {"x_head": self.x_head.detach().double()[perm] * weights[:, None], "r": rates.clone()}
 
     def set_model(self, state: dict) -> None:
         self.model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})

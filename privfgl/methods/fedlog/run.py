@@ -2,15 +2,23 @@
 
 once   server -> all   "global_model" φ_0 and "synthetic_seed" (common initialisation, A.12.6)
 once   all -> sum      "class_support" {r: r_k [C], holders: 1[r_k > 0] [C]}
-once   all -> sum      "generator_update" {ng: r_k^c·NG_k for shared classes [C, P]}   (Eq. 12)
+once   all -> sum      "generator_update" {ng: r_k^c·NG_k for shared classes [C, P], r: r_k^c [C]}   (Eq. 12)
 once   server -> all   "class_generators" {ng: [|shared|, P], classes}
 round r: clients train (r = 0: local fitting only; r >= 1: load φ, fitting + generalisation on D_g)
        all -> sum      "model_update" {w_k·φ_k, n: w_k}                             (A.4(a))
-       all -> sum      "synthetic_update" {x_head: r_k^c·X_head,k (within-class permuted) [s·C, d]}  (Eq. 7)
+       all -> sum      "synthetic_update" {x_head: r_k^c·X_head,k (within-class permuted) [s·C, d], r: r_k^c [C]}  (Eq. 7)
        server -> all   "global_model" φ, "global_synthetic" {x: X_g, y: Y_g}
 
 A class held by fewer than `min_contributors` clients is withheld: no client puts it in any sum,
 so its rows are never revealed (with one holder, its "sum" would be that client's data, A.9).
+
+Dropout (secagg's `dropout`, the runtime's participation mask): every sum carries its own weights
+(Σ r_k^c of the generator and synthetic sums, Σ w_k of the model sum), so Eqs. 7 and 12 and the
+model mean are the survivors'; a shared class that no surviving client holds gets no generator or
+global synthetic rows from that sum; a model sum with no weight keeps the previous model. Every client,
+a dropped one included, loads the new global model. Not covered: min_contributors counts the holders at
+round 0 (class_support); a class whose holders drop below it in a later sum is still summed over the
+survivors, and the server sees that smaller sum (SecAgg reveals the survivors' sum, whoever they are).
 """
 from __future__ import annotations
 
@@ -51,9 +59,9 @@ def run_fedlog(setup: Setup) -> None:
             flats.append(flat)
             gen_info.append({"cache": info["cache"], "seconds": round(float(info.get("seconds", 0.0)), 2)})
     weights = [c.class_rate * shared.double() for c in clients]
-    ng_sum = fed.aggregate(0, "generator_update",
-                           [{"ng": w[:, None] * f.double()[None, :]} for w, f in zip(weights, flats)])["ng"]
-    ng = class_generators(ng_sum, support, shared)
+    ng_sums = fed.aggregate(0, "generator_update",
+                            [{"ng": w[:, None] * f.double()[None, :], "r": w} for w, f in zip(weights, flats)])
+    ng = class_generators(ng_sums["ng"], ng_sums, shared)  # divided by this sum's own Σ r (its survivors')
     classes = sorted(ng)
     with timer.phase("broadcast"):
         got = fed.broadcast(0, "class_generators", {
@@ -79,7 +87,7 @@ def run_fedlog(setup: Setup) -> None:
         syn_sums = fed.aggregate(r, "synthetic_update", syn_up)
         with timer.phase("server_update"):
             phi = global_model(model_sums, phi)
-            x_g, y_g = global_synthetic(syn_sums["x_head"], support, shared, p.s)
+            x_g, y_g = global_synthetic(syn_sums["x_head"], syn_sums, shared, p.s)
         with timer.phase("broadcast"):
             phi = fed.broadcast(r, "global_model", phi)
             got = fed.broadcast(r, "global_synthetic", {"x": x_g, "y": y_g})

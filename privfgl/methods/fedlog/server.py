@@ -19,14 +19,15 @@ def global_model(sums: dict, previous: dict) -> dict:
 
 
 def global_synthetic(x_head_sum: torch.Tensor, support: dict, shared: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 7: x_g^(c,i) = Σ_k r_k^c x_k^(c,i) / Σ_k r_k^c for the shared classes. Returns
-    (X_g [s·|shared|, d] float32, Y_g [s·|shared|])."""
-    classes = shared.nonzero().view(-1)
+    """Eq. 7: x_g^(c,i) = Σ_k r_k^c x_k^(c,i) / Σ_k r_k^c for the shared classes with Σ_k r_k^c > 0
+    (support["r"]: the sum's own Σ r, over the clients in it). Returns (X_g [s·n, d] float32, Y_g [s·n])."""
+    classes = (shared & (support["r"] > 0)).nonzero().view(-1)
     rows = (classes[:, None] * s + torch.arange(s)).view(-1)
     y = classes.repeat_interleave(s)
     return (x_head_sum[rows] / support["r"][y][:, None]).float(), y
 
 
 def class_generators(ng_sum: torch.Tensor, support: dict, shared: torch.Tensor) -> dict[int, torch.Tensor]:
-    """Eq. 12: NG^c = Σ_k r_k^c NG_k / Σ_k r_k^c (parameter space) for the shared classes. {c: flat [P]}."""
-    return {int(c): (ng_sum[c] / support["r"][c]).float() for c in shared.nonzero().view(-1)}
+    """Eq. 12: NG^c = Σ_k r_k^c NG_k / Σ_k r_k^c (parameter space) for the shared classes with Σ_k r_k^c > 0
+    (support["r"]: the sum's own Σ r, over the clients in it). {c: flat [P]}."""
+    return {int(c): (ng_sum[c] / support["r"][c]).float() for c in (shared & (support["r"] > 0)).nonzero().view(-1)}

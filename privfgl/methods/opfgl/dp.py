@@ -82,13 +82,20 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
             noised.append({b: u[b] + noise[b] for b in BLOCKS})
         uploads = noised
     total = fed.aggregate(0, "class_stats", uploads, reveal_to=reveal_to)
+    survivors = fed.survivors(0, "class_stats")
+    if mode == "distributed" and len(survivors) < len(clients):
+        missing = sorted(set(range(len(clients))) - set(survivors))
+        raise ValueError(f"opfgl: {', '.join(f'client{k}' for k in missing)} dropped out of the distributed-noise DP "
+                         f"release: the sum carries only {len(survivors)}/{len(clients)} of the calibrated noise "
+                         "variance (each client adds a 1/K share), so the reported epsilon would not hold; use "
+                         "dp_mode=central or run without dropout")
     if mode == "central":
         total = mech.release(total, source)
     n = total["n"]  # pooled_statistics rounds it to an integer >= 0
-    counts = {"n": n, "b": torch.full_like(n, len(clients)), "n_orig": n}
+    counts = {"n": n, "b": torch.full_like(n, len(survivors)), "n_orig": n}  # the clients in the sum (all K without dropout)
     details = {"degree_bound": p.dp_degree if p.hops else None, "hops": p.hops, "degree_bound_seed": seed,
                "members": "labelled nodes only (HRE pseudo-labels are outside the bound)",
-               "min_count": "not applied (every client sends every class; m_c = K)",
+               "min_count": "not applied (every client sends every class; m_c = K, the survivors under dropout)",
                "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal"}
     return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
                                                                               UNIT, details, source)

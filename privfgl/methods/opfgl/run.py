@@ -33,6 +33,14 @@ Optimisation settings are O-pFGL's own method params (stage learning rates, drop
 decay: spec §1.7-1.8); `--lr`, `--weight-decay`, `--dropout` and the epoch counts are not used.
 All clients start M_G from one initialisation drawn from the run seed (the code sends it from the
 server; here it is a shared seed, so no model bytes move). `--rounds` must be 1.
+
+Dropout (secagg's `dropout`, the runtime's participation mask) in the one upload: the counts n, b,
+n_orig and the sums S1, S2 are all sums, so μ and s² are the survivors' pooled statistics and the
+contributor count b is the survivors' (each client adds 1 per class it sends); the two sums must
+hold the same clients (else a clear error: `check_same_survivors`). A dropped client still receives
+the pseudo-graph and trains its personalised model; only its statistics are missing from it.
+Under `dp_epsilon` with dp_mode=distributed a dropout is refused (the sum would carry less noise
+than calibrated, so the reported ε would not hold); dp_mode=central is unaffected.
 """
 from __future__ import annotations
 
@@ -104,6 +112,7 @@ def _upload(setup: Setup, views: list[ClientView], p: OPFGLParams):
     finally:
         if counts_protocol is not None:
             counts_protocol.close()
+    check_same_survivors(fed, ("class_stats", "class_counts"))
     if bits:  # whoever opens the sum: back onto the grid, exact while the protocol's error < half a step
         bound, half_step = fed.error_bounds["class_stats"], 2.0 ** -(bits + 1)
         if bound >= half_step:
@@ -113,6 +122,21 @@ def _upload(setup: Setup, views: list[ClientView], p: OPFGLParams):
                              "(no grid: the protocol's error reaches the condensation)")
         sums = {name: to_grid(t, bits) for name, t in sums.items()}
     return counts, sums
+
+
+def check_same_survivors(fed, names: tuple[str, ...]) -> list[int]:
+    """The clients in the one-shot upload's sums: the statistics are pooled from several sums, which must hold
+    the same clients (a client whose counts are in one sum and its feature sums missing from the other would
+    skew μ and s²). ValueError names who is in which sum when they differ (e.g. secagg's dropout_rate drew
+    a client out of one sum only)."""
+    survivors = {name: fed.survivors(0, name) for name in names}
+    first = survivors[names[0]]
+    if any(s != first for s in survivors.values()):
+        listing = "; ".join(f"{name}: {', '.join(f'client{k}' for k in s)}" for name, s in survivors.items())
+        raise ValueError(f"opfgl: the one-shot upload's sums hold different clients ({listing}); the pooled "
+                         "statistics need the same clients in every sum: rerun, or drop clients at the same "
+                         "point of every sum (secagg dropout={round: [...]}, the runtime's participation mask)")
+    return first
 
 
 def to_grid(t: torch.Tensor, bits: int) -> torch.Tensor:
