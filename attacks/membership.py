@@ -28,14 +28,15 @@ Scores: AUC and TPR at FPR 1 % / 10 % beside the baseline of a guess (0.5 and th
 empirical ε lower bound (attacks.dp_audit_bound) at 95 % confidence — threshold chosen on a random
 half of the candidates, Clopper–Pearson on the other half (`epsilon_lb`), and the Bonferroni
 maximum over 50 thresholds on all candidates (`epsilon_lb_bonferroni`) — next to the accountant's
-ε of the run (the record's privacy block) and `epsilon_lb_ceiling`, the largest bound this many
-candidates can certify at all. `dp_covers` says whether the accountant's ε bounds this target
-against the server: the global model always (it is post-processing of the noised release); a client's
-upload only under dp-sgd or message DP in local mode (central and distributed uploads carry no or
-1/K of the noise).
-`candidates=canaries`: the candidates are the auditor's canary nodes instead (attacks.canaries: inserted
-before training, each a member by an independent coin, run with attacks.canaries.run_with_canaries);
-no candidates (no input) in a run without canaries. The held-out real nodes remain the shadow pool.
+ε of the run (the record's privacy block), and the largest bound these candidates could certify at
+all (a perfect attack): `epsilon_lb_ceiling` for the split half (its evaluation half's counts at α),
+`epsilon_lb_bonferroni_ceiling` for the Bonferroni bound (all candidates at α / the thresholds
+tried). `dp_covers` says whether the accountant's ε bounds this target against the server: the
+global model always (it is post-processing of the noised release); a client's upload only under
+dp-sgd or message DP in local mode (central and distributed uploads carry no or 1/K of the noise).
+`candidates=canaries`: the candidates are the auditor's canary nodes instead (privfgl.data.canaries: the
+run option `--canaries N` inserts them before training, each a member by an independent coin); no
+candidates (no input) in a run without canaries. The held-out real nodes remain the shadow pool.
 """
 from __future__ import annotations
 
@@ -51,14 +52,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.dp_audit_bound import bound_over_thresholds, max_certifiable_epsilon, split_half_bound
+from attacks.dp_audit_bound import (bound_over_thresholds, candidate_thresholds, max_certifiable_epsilon,
+                                    split_half_bound)
 from attacks.view import AdversaryView
 from attacks.view_models import (MODEL_METHODS, block_graph, final_client_model, final_global_model, model_logits,
                                  train_model)
 
 VARIANTS = ("loss", "shadow")
 TARGETS = ("all", "global", "clients")
-CANDIDATES = ("nodes", "canaries")  # the run's own nodes, or the auditor's canaries (attacks.canaries)
+CANDIDATES = ("nodes", "canaries")  # the run's own nodes, or the auditor's canaries (privfgl.data.canaries)
 FPRS = (0.01, 0.1)
 CONFIDENCE = 0.95
 
@@ -232,7 +234,11 @@ class Membership(Attack):
                    **{f"tpr_at_fpr_{f:g}": float(tpr[fpr <= f].max()) for f in FPRS},
                    "epsilon_lb": split.epsilon_lb, "epsilon_lb_bonferroni": bonf.epsilon_lb,
                    "epsilon_point": bonf.epsilon_point, "confidence": CONFIDENCE,
-                   "epsilon_lb_ceiling": max_certifiable_epsilon(int(t.sum()) // 2, int((~t).sum()) // 2, delta, alpha),
+                   # what a perfect attack could certify with these candidates: the split half's counts at α,
+                   # and all of them at α / (the thresholds tried)
+                   "epsilon_lb_ceiling": max_certifiable_epsilon(split.tp + split.fn, split.fp + split.tn, delta, alpha),
+                   "epsilon_lb_bonferroni_ceiling": max_certifiable_epsilon(
+                       int(t.sum()), int((~t).sum()), delta, alpha / max(len(candidate_thresholds(s)), 1)),
                    "accountant_epsilon": aux.accountant.get("epsilon"), "delta": delta,
                    "accountant": aux.accountant.get("accountant"), "dp_covers": aux.dp_covers,
                    "members": int(t.sum()), "non_members": int((~t).sum()), "counts": split.as_dict()}

@@ -16,8 +16,9 @@ certify at all, the loss attack's mean AUC on the clients' own final uploads (co
 Then plain FedAvg (same training) for link stealing: edge AUC/AP of the global model's and each
 client's model's posteriors on every client's graph, beside the random and feature-similarity
 baselines, and the wall time of each attack per target. With `--canaries N` every run gets N canary
-nodes per client (attacks.canaries: isolated, random words, random label, a member by a fair coin) and
-the membership columns are about the canaries instead of the real nodes.
+nodes per client (the run option `canaries`, privfgl.data.canaries: isolated, random words, random label,
+a member by a fair coin) and the membership columns are about the canaries instead of the real nodes.
+The method × ε table alone is also one sweep: `privfgl sweep experiments/membership_audit.toml`.
 
     OMP_NUM_THREADS=1 python experiments/membership_audit.py --rounds 20 [--methods dp-fedavg] [--canaries 20]
 """
@@ -31,7 +32,6 @@ import time
 import warnings
 
 from attacks import parse_attack, run_attacks
-from attacks.canaries import run_with_canaries
 from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run
 from privfgl.privacy.accounting import noise_multiplier_for
@@ -43,7 +43,8 @@ DELTA = 1e-5
 
 def base_config(args, **kw) -> RunConfig:
     settings = dict(dataset="cora", partition="louvain", clients=args.clients, rounds=args.rounds, transcript="all",
-                    evaluation="global_model", progress=False, data_root=args.data_root, download=False, seed=args.seed)
+                    evaluation="global_model", progress=False, data_root=args.data_root, download=False, seed=args.seed,
+                    canaries=args.canaries)  # the canaries' draw: the run's seed
     settings.update(kw)
     return RunConfig(**settings)
 
@@ -63,10 +64,7 @@ def config_for(args, method: str, eps: float) -> tuple[RunConfig, float]:
 def membership_row(args, data, method: str, eps: float) -> dict:
     cfg, sigma = config_for(args, method, eps)
     start = time.perf_counter()
-    if args.canaries:
-        record, setup = run_with_canaries(cfg, data, args.canaries, seed=args.seed)
-    else:
-        record, setup = run(cfg, data=data)
+    record, setup = run(cfg, data=data)
     train_s = time.perf_counter() - start
     cand = ",candidates=canaries" if args.canaries else ""
     loss = {f.target: f for f in run_attacks(setup, cfg, [parse_attack("membership:" + cand.lstrip(","))])}
@@ -85,7 +83,7 @@ def membership_row(args, data, method: str, eps: float) -> dict:
 
 
 def link_rows(args, data) -> list[dict]:
-    cfg = base_config(args, method="fedavg", transcript="last")
+    cfg = base_config(args, method="fedavg", transcript="last", canaries=0)
     record, setup = run(cfg, data=data)
     print(f"\nplain fedavg, {args.rounds} rounds: test_acc {record['metrics']['test_acc']:.4f}")
     rows, timing = [], {}
@@ -136,7 +134,7 @@ def main() -> None:
     p.add_argument("--csv", default=None, help="also write the membership grid here")
     p.add_argument("--no-links", action="store_true")
     p.add_argument("--canaries", type=int, default=0,
-                   help="insert N canaries per client (attacks.canaries) and attack those instead of the real nodes")
+                   help="insert N canaries per client (privfgl.data.canaries) and attack those instead of the real nodes")
     args = p.parse_args()
     data = load_dataset("cora", args.data_root, download=False)
     rows = []

@@ -41,6 +41,17 @@ def _settings(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(","))
 
 
+def _absent(text: str) -> tuple[str, list[int]]:
+    """--absent ROUND:K[+K...] -> (round, [clients]); ROUND may be * (every round)."""
+    round_, _, who = text.partition(":")
+    try:
+        clients = [int(k) for k in who.split("+")]
+        round_ = round_.strip() if round_.strip() == "*" else str(int(round_))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ROUND:K[+K...], e.g. 3:0+4 or *:1") from None
+    return round_, clients
+
+
 def _key_value(text: str) -> tuple[str, object]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
@@ -95,6 +106,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--evaluate", type=_settings, metavar="SETTINGS",
       help="evaluation settings, comma-separated: seen (default), unseen-node, missing-class, new-client (the "
            "closed-set regime: all four are reported), or open-set (docs/evaluation-settings.md)")
+    a("--absent", type=_absent, action="append", dest="absent_flags", metavar="ROUND:K[+K...]",
+      help="leave clients out of a round's sums under any protocol (ROUND * = every round; repeatable), e.g. 3:0+4")
+    a("--absent-rate", type=float, metavar="P",
+      help="leave each client out of each round with probability P (drawn from the seed: the same clients under "
+           "every protocol); methods weight by the survivors (record: cost.participation)")
+    a("--canaries", type=int, metavar="N",
+      help="insert N auditor's canary nodes per client before training (isolated, random words and label, each a "
+           "training node by a fair coin, in no test mask); membership:candidates=canaries attacks them")
+    a("--canary-seed", type=int, metavar="S", help="seed of the canaries' draw (default: --seed)")
     a("--data-root", help="folder with the datasets (default $PRIVFGL_DATA, else ~/.cache/privfgl/datasets)")
     a("--offline", action="store_true", default=None, help="never download; fail if the dataset is not on disk")
     a("--transcript", help="which payloads the transcript keeps: last (default), all, none")
@@ -104,6 +124,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                                          "received, with tensors as .npy and ciphertexts/shares as raw bytes) to DIR "
                                          "for an auditor's own script (README: Threat model)")
     a("--no-progress", action="store_true", help="no progress bar")
+    a("--allocator", help="auto (default: keep freed memory in the process when activations pass glibc's 32 MB mmap "
+                          "ceiling, which makes rounds on 1M-node graphs linear in nodes), keep, or system (docs/scale.md)")
     a("--threads", type=int, help="CPU threads for torch (default: torch's, i.e. the cores); a run is bit-identical "
                                   "per seed at the same thread count (the record's config.threads)")
 
@@ -127,6 +149,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         values["method_params"] = {**values.get("method_params", {}), **dict(args.method_param)}
     if args.partition_param:
         values["partition_params"] = {**values.get("partition_params", {}), **dict(args.partition_param)}
+    if getattr(args, "absent_flags", None):
+        mask = {str(r): list(v) for r, v in values.get("absent", {}).items()}
+        for r, clients in args.absent_flags:
+            mask[r] = sorted(set(mask.get(r, [])) | set(clients))
+        values["absent"] = mask
     if args.offline:
         values["download"] = False
     if args.no_progress:

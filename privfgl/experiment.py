@@ -13,12 +13,15 @@ import numpy as np
 import torch
 
 import protocols
+from privfgl.allocator import ALLOCATORS
+from privfgl.allocator import apply as apply_allocator
 from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
 from privfgl.data.settings import CLOSED_SETTINGS, EVAL_SETTINGS, OPEN_SETTINGS, build_regime, regime_of
 from privfgl.data.splits import SPLIT_MODES
 from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
+from privfgl.federation.runtime import participation_mask
 from privfgl.methods import METHODS, MethodConfig, Setup
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
@@ -74,6 +77,11 @@ class RunConfig:
     threads: int | None = None  # torch's CPU threads for the run (None: as set, torch's default). Float sums
                                 # depend on it, so runs are bit-identical per seed only at the same count;
                                 # the record's config.threads is the count used.
+    absent: dict = field(default_factory=dict)  # participation mask {round: [clients]} ("*": every round), any protocol
+    absent_rate: float = 0.0  # each client independently left out of each round with this probability (seeded)
+    allocator: str = "auto"  # glibc: keep freed memory (auto: when activations pass 32 MB; privfgl.allocator)
+    canaries: int = 0  # auditor's canary nodes per client (privfgl.data.canaries), inserted before the method runs
+    canary_seed: int | None = None  # their draw (features, labels, membership coins); None: the run's seed
     method_defaults: dict = field(default_factory=dict)  # what the method filled in (config_for; a record
                                                          # field only: it changes nothing in the run)
 
@@ -96,6 +104,8 @@ class RunConfig:
             raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
         if self.threads is not None and self.threads < 1:
             bad("threads", self.threads, "an integer >= 1, or unset for torch's default")
+        if self.allocator not in ALLOCATORS:
+            bad("allocator", self.allocator, ", ".join(ALLOCATORS))
         for name in ("clients", "rounds", "hidden", "layers"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
@@ -123,7 +133,30 @@ class RunConfig:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         self._validate_evaluate()
+        self._validate_canaries()
+        try:
+            mask = participation_mask(self.absent) or {}
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        out_of_range = sorted(k for who in mask.values() for k in who if k >= self.clients)
+        if out_of_range:
+            bad("absent", self.absent, f"client indices 0..{self.clients - 1}")
+        if isinstance(self.absent_rate, bool) or not isinstance(self.absent_rate, (int, float)) \
+                or not 0 <= self.absent_rate < 1:
+            bad("absent_rate", self.absent_rate, "a probability in [0, 1)")
         check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
+
+    def _validate_canaries(self) -> None:
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+        if not is_int(self.canaries) or self.canaries < 0:
+            raise ConfigError(f"invalid canaries {self.canaries!r}; valid: an integer >= 0 (canary nodes per client; "
+                              "0 = none)")
+        if self.canary_seed is not None and not is_int(self.canary_seed):
+            raise ConfigError(f"invalid canary_seed {self.canary_seed!r}; valid: an integer, or unset for the run's seed")
+        if self.canaries and self.partition == TASK_PARTITION:
+            raise ConfigError(f"canaries {self.canaries}: fedgpl's task clients (--partition {TASK_PARTITION}) are "
+                              "sampled graphs, not node-classification graphs; canaries need another partition")
 
     def _validate_evaluate(self) -> None:
         """--evaluate: known names; the open regime alone; a method that predicts on other graphs."""
@@ -229,13 +262,18 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
             built = build_regime(data, regime, partition, cfg.clients, data_seed)
             clients, settings, extras["data_regime"] = built.clients, built.settings, built.metadata()
         split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
+        if cfg.canaries:  # the auditor's canaries (privfgl.data.canaries): which trained stays in extras
+            from privfgl.data.canaries import insert_canaries
+            clients, extras["canaries"] = insert_canaries(clients, int(data.num_classes), cfg.canaries,
+                                                          cfg.seed if cfg.canary_seed is None else cfg.canary_seed)
     protocol_params = effective_protocol_params(cfg)
     protocol = protocols.get_protocol(cfg.protocol, **protocol_params)
     dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
     if dp_spec is not None and set(dp_spec.messages) <= set(SPLIT_MESSAGES):
         extras["split_dp_spec"], dp_spec = dp_spec, None  # noised by the method's own split steps
     message_dp = MessageDP(dp_spec, cfg.clients) if dp_spec is not None else None
-    federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp)
+    federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp,
+                            absent=run_participation(cfg.absent, cfg.absent_rate, cfg.clients, cfg.seed))
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
                           cfg.seed, cfg.progress, dict(cfg.method_params))
@@ -244,6 +282,20 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
                  extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
                          "protocol_params": protocol_params, **extras})
+
+
+def run_participation(absent: dict, rate: float, num_clients: int, seed: int):
+    """The runtime's participation mask for a run: the given {round: [clients]} and, with rate > 0, each
+    client also left out of each round with probability `rate`, drawn per round from (seed, round), so
+    that runs with the same seed drop the same clients under every protocol. None: everyone, always."""
+    fixed = participation_mask(absent) or {}
+    if not rate:
+        return fixed or None
+
+    def mask(round: int, name: str) -> set[int]:
+        draw = np.random.default_rng([seed, round, 0x9A7]).random(num_clients) < rate
+        return {k for k in range(num_clients) if draw[k]} | set(fixed.get(round, ())) | set(fixed.get("*", ()))
+    return mask
 
 
 def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
@@ -256,6 +308,7 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
     threads = torch.get_num_threads()
     try:
         setup = build_setup(cfg, data)
+        allocator = apply_allocator(cfg.allocator, setup.extras["num_nodes"] * max(cfg.hidden, setup.num_classes) * 4)
         seed_everything(cfg.seed)
         try:
             METHODS[cfg.method](setup)
@@ -265,7 +318,7 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
         torch.set_num_threads(threads_before)
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
-    config = {**dataclasses.asdict(cfg), "threads": threads, "split": list(cfg.split), "evaluate": list(cfg.evaluate),
+    config = {**dataclasses.asdict(cfg), "threads": threads, "allocator_used": allocator, "split": list(cfg.split), "evaluate": list(cfg.evaluate),
               "dataset_name": setup.extras["dataset_name"],
               "protocol_params": params,
               "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},

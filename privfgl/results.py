@@ -14,6 +14,7 @@ SCHEMA_VERSION = 1
 
 def make_record(config: dict, setup, total_s: float) -> dict:
     """The JSON-serialisable record of one finished run."""
+    from privfgl.data.canaries import record_block
     fed = setup.federation
     cost = fed.cost()
     cost["rounds"] = config.get("rounds")
@@ -24,6 +25,7 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "config": config,
         "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
         **({"data_regime": setup.extras["data_regime"]} if "data_regime" in setup.extras else {}),  # --evaluate
+        **({"canaries": record_block(setup.extras["canaries"])} if "canaries" in setup.extras else {}),  # --canaries
         "cost": cost,
         "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict()},
         "privacy": {

@@ -60,6 +60,10 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--protocol", "rot13"], "invalid protocol 'rot13'"),
     (["--evaluation", "oracle"], "invalid evaluation"),
     (["--threads", "0"], "invalid threads 0; valid: an integer >= 1"),
+    (["--canaries", "-1"], "invalid canaries -1; valid: an integer >= 0"),
+    (["--absent", "2:12"], "invalid absent {'2': [12]}; valid: client indices 0..9"),
+    (["--absent-rate", "1"], "invalid absent_rate 1.0; valid: a probability in [0, 1)"),
+    (["--method", "fedgpl", "--canaries", "2"], "canaries 2: fedgpl's task clients"),
 ])
 def test_bad_input_gives_one_clear_line_and_exit_code_2(planetoid_root, capsys, argv, message):
     code, _, err = run_cli(capsys, "run", "--dataset", "cora", "--data-root", str(planetoid_root), "--offline",
@@ -67,6 +71,46 @@ def test_bad_input_gives_one_clear_line_and_exit_code_2(planetoid_root, capsys, 
     assert code == 2
     assert err.startswith("privfgl: error:") and message.lower() in err.lower()
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"canaries": 2.5}, "invalid canaries 2.5; valid: an integer >= 0"),
+    ({"canaries": True}, "invalid canaries True"),
+    ({"canaries": 2, "canary_seed": "abc"}, "invalid canary_seed 'abc'; valid: an integer, or unset"),
+])
+def test_bad_canary_settings_in_a_config_file_are_one_line(planetoid_root, tmp_path, capsys, settings, message):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(settings))
+    code, _, err = run_cli(capsys, "run", "--config", str(cfg), "--data-root", str(planetoid_root), "--offline")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_canaries_are_inserted_per_client_outside_every_accuracy_and_recorded(planetoid_root, tmp_path, capsys):
+    import torch
+    from privfgl.cli import build_parser, config_from_args
+    from privfgl.experiment import build_setup
+    argv = ["run", "--dataset", "cora", "--clients", "3", "--rounds", "1", "--data-root", str(planetoid_root),
+            "--offline", "--no-progress"]
+    plain = build_setup(config_from_args(build_parser().parse_args(argv)))
+    setup = build_setup(config_from_args(build_parser().parse_args([*argv, "--canaries", "5", "--canary-seed", "7"])))
+    info = setup.extras["canaries"]  # auditor side: which nodes, which trained
+    assert info["nodes"].shape == (15, 2) and info["member"].shape == (15,) and info["seed"] == 7
+    for k, (a, b) in enumerate(zip(plain.clients, setup.clients)):
+        n = int(a.num_nodes)
+        assert int(b.num_nodes) == n + 5 and torch.equal(b.x[:n], a.x) and torch.equal(b.train_mask[:n], a.train_mask)
+        assert not b.test_mask[n:].any() and not b.val_mask[n:].any()  # in no evaluation mask
+        assert torch.equal(b.train_mask[n:], info["member"][info["nodes"][:, 0] == k])  # members train
+    for mask in ("test_mask", "val_mask"):  # the tracker scores exactly the real nodes it scored before
+        assert int(getattr(setup.tracker, mask).sum()) == int(getattr(plain.tracker, mask).sum())
+
+    out = tmp_path / "r.json"
+    assert run_cli(capsys, *argv, "--canaries", "5", "--out", str(out))[0] == 0
+    record = json.loads(out.read_text())
+    assert record["config"]["canaries"] == 5 and record["config"]["canary_seed"] is None
+    block = record["canaries"]
+    assert (block["per_client"], block["inserted"], block["seed"]) == (5, 15, 0) and "member" not in block
+    assert "accuracy is on the real nodes only" in block["evaluation"]
+    assert run_cli(capsys, *argv, "--out", str(out))[0] == 0 and "canaries" not in json.loads(out.read_text())
 
 
 def test_a_missing_dataset_offline_names_the_root_and_the_files(tmp_path, capsys):
@@ -112,6 +156,9 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["audit", "--attack", "telepathy"], "unknown attack 'telepathy'"),
+    (["run", "--canaries", "x"], "argument --canaries: invalid int value: 'x'"),
+    (["run", "--absent", "x:1"], "argument --absent: 'x:1': expected ROUND:K[+K...]"),
+    (["audit", "--canary-seed", "1.5", "--attack", "membership"], "argument --canary-seed: invalid int value: '1.5'"),
 ])
 def test_every_bad_input_is_one_line_and_exit_code_2(planetoid_root, capsys, argv, message):
     try:

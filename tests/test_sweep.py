@@ -97,6 +97,7 @@ def test_a_cell_key_changes_with_what_runs_not_with_where():
     ("[sweep]\nname = \n", "not valid TOML"),
     ("[[plots]]\nfile = \"a.png\"\ny = \"test_acc\"\nkind = \"pie\"\n", "kind 'pie'; valid: bars, line"),
     ("[[cells]]\nlabel = \"a\"\n[[cells]]\nlabel = \"a\"\n", "two cells have the same options"),
+    ("[sweep]\nheaders = [\"x\"]\n", "headers must map columns to titles"),
 ])
 def test_a_malformed_file_names_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError) as e:
@@ -118,6 +119,17 @@ method_params = { sampling_seed = "{seed}" }
     assert sigma == pytest.approx(noise_multiplier_for(8.0, 1e-5, 1.0, 30))
     assert cfg.dp == f"gaussian:sigma={sigma!r},clip=0.5,on=update,mode=central,seed=5"
     assert cfg.method_params == {"sampling_seed": 5} and cfg.seed == 5
+    # dp-sgd's accountant composes rounds × local_epochs steps, δ from its own method param
+    sgd = load_sweep(write(tmp_path, """
+[base]
+method = "dp-sgd"
+rounds = 30
+local_epochs = 2
+target_epsilon = 8
+method_params = { sigma = "{sigma}", delta = 1e-6 }
+""", "sgd.toml"))
+    cfg, sigma = run_config(sgd.cells[0], 0, None, False)
+    assert sigma == pytest.approx(noise_multiplier_for(8.0, 1e-6, 1.0, 60)) and cfg.method_params["sigma"] == sigma
 
 
 def test_method_defaults_apply_inside_a_sweep(tmp_path):
@@ -200,6 +212,22 @@ def test_paper_numbers_and_record_paths_become_columns(finished, tmp_path, plane
     assert names[names.index("test_acc"):] == ["test_acc", "paper:test_acc", "metrics.test_f1_macro"]
     assert " | 0.7950 | " in fedavg and " | – | " in local and "| local | 2 |" in local  # ...the report has all
     assert main([*args, "--cells", "nothing"]) == 2
+
+
+def test_record_paths_index_lists_and_headers_title_the_columns(finished, tmp_path, planetoid_root):
+    from privfgl.sweep.report import collect, record_value
+    record = {"attacks": [{"metrics": {"auc": 0.7}}, {"metrics": {"auc": 0.9}}]}
+    assert record_value(record, "attacks.1.metrics.auc") == 0.9  # a number indexes a list: the second finding
+    assert record_value(record, "attacks.2.metrics.auc") is None and record_value(record, "attacks.x") is None
+    text = SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\ncolumns = ["test_acc", "cost.bytes_up_per_client.0"]\n'
+                         'headers = { test_acc = "accuracy", "cost.bytes_up_per_client.0" = "client 0 bytes" }')
+    sweep = copied(finished, tmp_path, planetoid_root, text)
+    table, _ = report(sweep)
+    assert "| cell | seeds | method | accuracy | client 0 bytes |" in table  # titles in the table only...
+    header = (sweep.results / "runs.csv").read_text().splitlines()[0].split(",")
+    assert "test_acc" in header and "cost.bytes_up_per_client.0" in header  # ...the CSV keeps the column names
+    first = json.loads(record_path(sweep.results, sweep.cells[0], 0).read_text())
+    assert collect(sweep)[0]["cost.bytes_up_per_client.0"] == first["cost"]["bytes_up_per_client"][0]
 
 
 def test_a_failing_run_is_reported_and_loses_nothing_else(finished, tmp_path, planetoid_root, monkeypatch):

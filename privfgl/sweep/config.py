@@ -6,6 +6,7 @@
     seeds = [0, 1, 2]
     columns = ["test_acc", "epsilon"]   # the Markdown table's metric columns (default: see report.py)
     doc = "docs/sweeps.md"              # the report rewrites this sweep's block in that page
+    headers = { "attacks.0.metrics.auc" = "AUC" }   # a column's title in the Markdown table (optional)
 
     [base]                              # run options of every cell (the run record's config keys),
     method = "dp-fedavg"                # plus `attacks` (specs as for `privfgl audit --attack`),
@@ -31,7 +32,8 @@ opacus' RDP search, δ from the spec's `delta=`, default 1e-5). `sigma = S` puts
 parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes the cell's.
 `paper = { test_acc = 0.7643 }` in a cell puts a published number beside the measured column
 ("paper:test_acc"); a column may also be any number in the record by its path
-("metrics.test_f1_macro", "metrics.settings.unseen-node.test_acc"). `{seed}` in `dp` or in a
+("metrics.test_f1_macro", "metrics.settings.unseen-node.test_acc"; a number indexes a list:
+"attacks.0.metrics.epsilon_lb" is the first finding, i.e. the first attack spec's first target). `{seed}` in `dp` or in a
 method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
 knows the seed, as the record's `seed_warning` says).
 """
@@ -52,7 +54,7 @@ from privfgl.errors import ConfigError
 SWEEP_OPTIONS = ("attacks", "adversary", "target_epsilon", "sigma", "label", "paper")
 # Options that say where or how to run, or what to compare with, not what runs: they do not change
 # a cell's identity (its key).
-ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads", "paper")
+ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads", "allocator", "paper")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Sweep:
     plots: tuple[PlotSpec, ...] = ()
     title: str = ""
     doc: str | None = None         # a docs page whose block for this sweep the report rewrites
+    headers: dict = field(default_factory=dict)  # column -> its title in the Markdown table
     tasks: tuple[tuple[Cell, int], ...] = field(init=False, default=())
 
     def __post_init__(self):
@@ -146,10 +149,13 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
         raise ConfigError(f"sweep config {path}: unknown table(s) {', '.join(unknown)}; valid: sweep, base, grid, "
                           "cells, plots")
     head = data.get("sweep", {})
-    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title", "doc"})
+    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title", "doc", "headers"})
     if bad:
         raise ConfigError(f"sweep config {path}: unknown [sweep] key(s) {', '.join(bad)}; valid: name, results, "
-                          "seeds, columns, title, doc")
+                          "seeds, columns, title, doc, headers")
+    headers = head.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(f"sweep config {path}: [sweep] headers must map columns to titles (strings), got {headers!r}")
     name = str(head.get("name", path.stem))
     seeds = seeds if seeds is not None else head.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
@@ -177,7 +183,7 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
     plots = tuple(_plot(path, p) for p in data.get("plots", []))
     return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
                  seeds=tuple(seeds), cells=tuple(cells), columns=tuple(head.get("columns", ())), plots=plots,
-                 title=str(head.get("title", "")), doc=head.get("doc"))
+                 title=str(head.get("title", "")), doc=head.get("doc"), headers=dict(headers))
 
 
 def _plot(path: Path, p: dict) -> PlotSpec:

@@ -74,16 +74,20 @@ def _attack_columns(findings: list[dict]) -> dict:
     return out
 
 
-RECORD_BLOCKS = ("config.", "metrics.", "cost.", "time.", "privacy.")
+RECORD_BLOCKS = ("config.", "metrics.", "cost.", "time.", "privacy.", "attacks.", "canaries.")
 
 
 def record_value(record: dict, path: str):
-    """The value at a dotted path of the record ("metrics.settings.unseen-node.test_acc"), or None."""
+    """The value at a dotted path of the record ("metrics.settings.unseen-node.test_acc"; a number
+    indexes a list: "attacks.1.metrics.auc" is the second finding), or None."""
     value = record
     for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
             return None
-        value = value[part]
     return value
 
 
@@ -153,7 +157,7 @@ def _fmt(value, std=None) -> str:
         return str(value)
     if isinstance(value, int) or (std is None and float(value).is_integer() and abs(value) < 1e5):
         return str(int(value)) if std is None else f"{value} ± {std:.4f}"
-    if abs(value) >= 1e5:  # e.g. the ε of a tiny σ
+    if abs(value) >= 1e5 or (std is None and 0 < abs(value) < 1e-3):  # e.g. a tiny σ and its ε
         return f"{value:.3g}"
     digits = 4 if abs(value) < 10 else 2
     text = f"{value:.{digits}f}"
@@ -176,7 +180,8 @@ def table_columns(sweep: Sweep, summary: list[dict]) -> list[str]:
 
 def markdown(sweep: Sweep, summary: list[dict]) -> str:
     cols = table_columns(sweep, summary)
-    lines = ["| cell | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
+    titles = [sweep.headers.get(c, c) for c in cols]  # [sweep] headers: a column's title in this table only
+    lines = ["| cell | seeds | " + " | ".join(titles) + " |", "|---" * (len(cols) + 2) + "|"]
     for s in summary:
         cells = [_fmt(s.get(c), s.get(f"{c}:std") if s["seeds"] > 1 and not c.startswith("paper:") else None)
                  for c in cols]
@@ -201,22 +206,23 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     written = []
     seeds = len(sweep.seeds)
     note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}"
+    label = lambda column: sweep.headers.get(column) or axis_label(column)
     for spec in sweep.plots:
         path = sweep.results / spec.file
         if spec.kind == "bars":
-            panels = [plots.Panel(axis_label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
+            panels = [plots.Panel(label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
                                   [s.get(f"{y}:baseline") for s in summary], [s.get(f"paper:{y}") for s in summary])
                       for y in spec.y]
             plots.bar_panels([s["cell"] for s in summary], panels, path,
                              title=f"{spec.title or sweep.title or sweep.name} ({note})")
         else:
             _line(plots, dataclasses.replace(spec, title=spec.title or sweep.title or sweep.name), summary,
-                  path, note)
+                  path, note, label)
         written.append(path)
     return written
 
 
-def _line(plots, spec, summary: list[dict], path: Path, note: str) -> None:
+def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=axis_label) -> None:
     """y against x: one line per value of `series` (one y), or one line per y column with its
     `:baseline` dashed in the same colour (several y). Cells without x: references or x = ∞."""
     series, refs = [], []

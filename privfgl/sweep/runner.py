@@ -48,16 +48,22 @@ def _uses(options: dict, name: str) -> bool:
 
 def calibrated_sigma(options: dict) -> float | None:
     """The cell's `sigma`, else σ for its target_epsilon: `rounds` releases at rate method_params.q,
-    δ from its dp spec; None if it sets neither."""
+    δ from its dp spec; for dp-sgd, rounds × local_epochs steps at rate 1, δ from method_params.delta
+    (what its accountant composes: privfgl.methods.dp_sgd). None if it sets neither."""
+    from privfgl.experiment import RunConfig
     if options.get("sigma") is not None:
         return float(options["sigma"])
     target = options.get("target_epsilon")
     if target is None:
         return None
+    params = options.get("method_params") or {}
+    rounds = int(options.get("rounds", RunConfig.rounds))
+    if options.get("method") == "dp-sgd":
+        steps = rounds * int(options.get("local_epochs", RunConfig.local_epochs))
+        return _noise_multiplier(float(target), float(params.get("delta", 1e-5)), 1.0, steps)
     found = re.search(r"delta=([0-9.eE+-]+)", options.get("dp") or "")
     delta = float(found.group(1)) if found else 1e-5
-    q = float((options.get("method_params") or {}).get("q", 1.0))
-    return _noise_multiplier(float(target), delta, q, int(options.get("rounds", 100)))
+    return _noise_multiplier(float(target), delta, float(params.get("q", 1.0)), rounds)
 
 
 @functools.lru_cache(maxsize=None)

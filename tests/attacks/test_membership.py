@@ -3,7 +3,9 @@ only the global model under crypten, runs under DP with its empirical ε lower b
 accountant's ε, and reads only its view and aux."""
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,10 +109,22 @@ def test_membership_from_the_cli(tmp_path, planetoid_root, capsys):
     assert "epsilon_lb" in capsys.readouterr().out
 
 
+def test_membership_on_canaries_from_the_cli(tmp_path, planetoid_root, capsys):
+    out = tmp_path / "audit.json"
+    assert main(["audit", "--method", "dp-fedavg", "--dataset", "cora", "--clients", "3", "--rounds", "2",
+                 "--dp", "gaussian:sigma=1.0,clip=1.0,on=update,mode=central", "--canaries", "10", "--canary-seed", "4",
+                 "--data-root", str(planetoid_root), "--offline", "--no-progress",
+                 "--attack", "membership:target=global,candidates=canaries", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["canaries"]["inserted"] == 30 and record["canaries"]["seed"] == 4
+    (f,) = record["attacks"]
+    assert f["metrics"]["members"] + f["metrics"]["non_members"] == 30  # every canary, none of the real nodes
+    assert f["metrics"]["confidence"] == 0.95 and f["metrics"]["epsilon_lb"] <= record["privacy"]["epsilon"]
+
+
 def test_canaries_are_memorised_more_than_real_nodes_and_tighten_the_bound(cora):
-    from attacks.canaries import run_with_canaries
-    cfg = overfitted_config(rounds=20)
-    _, setup = run_with_canaries(cfg, cora, per_client=40, seed=1)
+    cfg = overfitted_config(rounds=20, canaries=40, canary_seed=1)
+    _, setup = run(cfg, data=cora)
     canary = by_target(setup, cfg, "membership:target=global,candidates=canaries")["global"]
     real = by_target(setup, cfg, "membership:target=global")["global"]
     assert canary.metrics["members"] + canary.metrics["non_members"] == 200
@@ -124,3 +138,34 @@ def test_canaries_are_memorised_more_than_real_nodes_and_tighten_the_bound(cora)
 def plain_run(cora):
     cfg = overfitted_config(rounds=1, clients=3)
     return run(cfg, data=cora)[1], cfg
+
+
+def test_the_membership_audit_sweep_keeps_every_bound_below_the_accountants_epsilon(tmp_path, planetoid_root):
+    """experiments/membership_audit.toml, small (3 clients, 2 rounds of 1 local epoch, 10 canaries per
+    client, seed 0) and three of its cells: in every row, both attacks' 95 % bounds (split half and
+    Bonferroni) stay at or below the run's accountant ε, which the calibrated σ keeps at its target."""
+    from privfgl.sweep import load_sweep, report, run_sweep
+    from privfgl.sweep.runner import record_path
+    sweep = load_sweep(Path(__file__).resolve().parents[2] / "experiments" / "membership_audit.toml",
+                       results=tmp_path / "results", seeds=[0],
+                       overrides={"clients": 3, "rounds": 2, "local_epochs": 1, "canaries": 10,
+                                  "data_root": str(planetoid_root), "download": False})
+    labels = ("DP-FedAvg, ε = ∞", "DP-FedAvg, target_epsilon=8.0", "DP-SGD, target_epsilon=2.0")
+    sweep = dataclasses.replace(sweep, cells=tuple(c for c in sweep.cells if c.label in labels), doc=None)
+    assert len(sweep.cells) == 3 and run_sweep(sweep, progress=False) == []
+    for cell, seed in sweep.tasks:
+        record = json.loads(record_path(sweep.results, cell, seed).read_text())
+        eps, target = record["privacy"]["epsilon"], cell.options.get("target_epsilon")
+        if target is not None:
+            assert 0.9 * target <= eps <= target + 0.02, (cell.label, eps)
+        assert record["canaries"]["inserted"] == 30
+        canaries, real = record["attacks"]  # attacks.0 and attacks.1 of the sweep's columns
+        assert canaries["metrics"]["members"] + canaries["metrics"]["non_members"] == 30
+        for f in (canaries, real):
+            m = f["metrics"]
+            assert m["confidence"] == 0.95 and m["dp_covers"] is True and m["accountant_epsilon"] == pytest.approx(eps)
+            assert m["epsilon_lb"] <= min(eps, m["epsilon_lb_ceiling"]), cell.label
+            assert m["epsilon_lb_bonferroni"] <= min(eps, m["epsilon_lb_bonferroni_ceiling"]), cell.label
+    table, _ = report(sweep)
+    assert "canaries: ε lb Bonferroni" in table and "| DP-SGD, target_epsilon=2.0 | 1 |" in table
+
