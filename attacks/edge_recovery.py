@@ -55,11 +55,10 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gcn import gcn_normalize
 from attacks.link_stealing import degree_matched_pairs, pair_similarity
-from attacks.multistep_inversion import LABEL_ITERS, simulate_local_training
+from attacks.multistep_inversion import LABEL_ITERS, check_replayable, simulate_local_training
 from attacks.updates import ObservedUpdate, client_update
 from attacks.view import AdversaryView
 
-REPLAYABLE = ("fedavg", "fedprox", "dp-fedavg")
 EXACT_MODES = ("auto", "off")
 EXACT_SCORE = 50.0  # logit given to pairs the exact part decided (edge: +, non-edge: −)
 
@@ -284,12 +283,7 @@ class EdgeRecovery(Attack):
 
     def attack(self, view: AdversaryView, aux: EdgeAux) -> EdgeReconstruction:
         k = aux.knowledge
-        if k.model != "gcn" or k.method not in REPLAYABLE:
-            raise NoInput(f"edge-recovery replays the local training of a GCN under {', '.join(REPLAYABLE)} "
-                          f"(got {k.model}, {k.method})")
-        if k.optimizer == "adam" and aux.round > 0:
-            raise NoInput(f"round {aux.round}: the clients' Adam moments carry over from earlier rounds "
-                          "(privfgl keeps each client's optimizer), unknown to the server; fresh in round 0 only")
+        check_replayable(k, aux.round, "edge-recovery")
         update = client_update(view, client_index(aux.target), aux.round)
         if update is None:
             raise NoInput(f"no plaintext update of {aux.target} in round {aux.round} in the {view.party}'s view")

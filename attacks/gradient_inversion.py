@@ -45,13 +45,12 @@ from attacks.base import Attack, Knowledge, NoInput, client_index
 from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
 from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
                              permuted_words_baseline, unordered_scores)
-from attacks.multistep_inversion import fit_inputs
+from attacks.multistep_inversion import check_replayable, fit_inputs
 from attacks.updates import ObservedUpdate, aggregate_update, client_update
 from attacks.view import AdversaryView
 
 VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep")
 GRAPH_KNOWLEDGE = ("known", "unknown")
-REPLAYABLE = ("fedavg", "fedprox", "dp-fedavg")  # multistep: local training = privfgl.training's (no DP-SGD)
 NOISE_HANDLING = ("auto", "ignore")  # dictionary variant on DP-noised uploads
 NOISE_FACTOR = 1.2  # rows and residuals under NOISE_FACTOR·ν are noise (≈ 2 std of a noise row's norm at h = 64)
 
@@ -384,12 +383,7 @@ class GradientInversion(Attack):
     def _multistep(self, view: AdversaryView, aux: InversionAux) -> Reconstruction:
         """The `multistep` variant: the client's local training replayed and its inputs fitted."""
         k = aux.knowledge
-        if k.model != "gcn" or k.method not in REPLAYABLE:
-            raise NoInput(f"multistep replays the local training of a GCN under {', '.join(REPLAYABLE)} "
-                          f"(got {k.model}, {k.method})")
-        if k.optimizer == "adam" and aux.round > 0:
-            raise NoInput(f"round {aux.round}: the clients' Adam moments carry over from earlier rounds "
-                          "(privfgl keeps each client's optimizer), unknown to the server; Adam's state is fresh in round 0 only")
+        check_replayable(k, aux.round, "multistep")
         if aux.target.startswith("aggregate") or aux.graph is None:
             raise NoInput("multistep needs one client's update and its graph (graph=known)")
         update = client_update(view, client_index(aux.target), aux.round)

@@ -42,12 +42,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attacks.base import Knowledge
+from attacks.base import Knowledge, NoInput
 
 Params = dict[str, torch.Tensor]
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which privfgl.training uses
 ADAM_EPS = 1e-8
 LABEL_ITERS = 60
+
+
+REPLAYABLE = ("fedavg", "fedprox", "dp-fedavg")  # whose local training is privfgl.training's (not DP-SGD's)
+
+
+def check_replayable(k: Knowledge, round: int, attack: str) -> None:
+    """NoInput unless the server can replay this client's local training: a GCN under a REPLAYABLE method,
+    and Adam only in round 0 (privfgl keeps each client's optimizer, so its moments are unknown later)."""
+    if k.model != "gcn" or k.method not in REPLAYABLE:
+        raise NoInput(f"{attack} replays the local training of a GCN under {', '.join(REPLAYABLE)} "
+                      f"(got {k.model}, {k.method})")
+    if k.optimizer == "adam" and round > 0:
+        raise NoInput(f"round {round}: the clients' Adam moments carry over from earlier rounds "
+                      "(privfgl keeps each client's optimizer), unknown to the server; fresh in round 0 only")
 
 
 def forward(params: Params, x: torch.Tensor, adj: torch.Tensor, layers: int,
