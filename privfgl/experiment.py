@@ -287,14 +287,20 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
 def run_participation(absent: dict, rate: float, num_clients: int, seed: int):
     """The runtime's participation mask for a run: the given {round: [clients]} and, with rate > 0, each
     client also left out of each round with probability `rate`, drawn per round from (seed, round), so
-    that runs with the same seed drop the same clients under every protocol. None: everyone, always."""
+    that runs with the same seed drop the same clients under every protocol. A draw that would leave
+    out every client keeps the one whose draw came closest to staying (a round needs one input; a mask
+    the user gave that leaves out everyone still stops the run). None: everyone, always."""
     fixed = participation_mask(absent) or {}
     if not rate:
         return fixed or None
 
     def mask(round: int, name: str) -> set[int]:
-        draw = np.random.default_rng([seed, round, 0x9A7]).random(num_clients) < rate
-        return {k for k in range(num_clients) if draw[k]} | set(fixed.get(round, ())) | set(fixed.get("*", ()))
+        u = np.random.default_rng([seed, round, 0x9A7]).random(num_clients)
+        given = set(fixed.get(round, ())) | set(fixed.get("*", ()))
+        drawn = set(np.flatnonzero(u < rate).tolist())
+        if len(drawn | given) == num_clients and len(given) < num_clients:
+            drawn.discard(max(set(range(num_clients)) - given, key=lambda k: u[k]))
+        return drawn | given
     return mask
 
 
@@ -318,7 +324,8 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
         torch.set_num_threads(threads_before)
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
-    config = {**dataclasses.asdict(cfg), "threads": threads, "allocator_used": allocator, "split": list(cfg.split), "evaluate": list(cfg.evaluate),
+    config = {**dataclasses.asdict(cfg), "threads": threads, "allocator_used": allocator,
+              "split": list(cfg.split), "evaluate": list(cfg.evaluate),
               "dataset_name": setup.extras["dataset_name"],
               "protocol_params": params,
               "protocol_params_method_defaults": {k: v for k, v in params.items() if k not in cfg.protocol_params},

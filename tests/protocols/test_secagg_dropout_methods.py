@@ -256,3 +256,13 @@ def test_a_random_participation_rate_drops_the_same_clients_under_every_protocol
     other_seed = run(RunConfig(method="fedavg", dataset="sbm", partition="metis", clients=6, rounds=4, seed=4,
                                absent_rate=0.3, progress=False, transcript="none"), data=sbm)[0]
     assert other_seed["cost"]["participation"] != plain
+
+
+def test_a_random_participation_draw_never_leaves_a_round_without_clients():
+    """At a high rate some rounds draw every client out: one (the nearest to staying) is kept, so the run
+    goes on; the draw is the same for every call of a round."""
+    from privfgl.experiment import run_participation
+    mask = run_participation({}, 0.95, 3, seed=0)
+    masks = [mask(r, "model_update") for r in range(200)]
+    assert all(len(m) <= 2 for m in masks) and sum(len(m) == 2 for m in masks) > 100
+    assert all(mask(r, "other") == masks[r] for r in range(200))
