@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -181,6 +182,7 @@ def _read_config(path: Path) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
+    imports_done()
     cfg = config_from_args(args)
     check_outputs(args)
     record, setup = run(cfg)
@@ -198,6 +200,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from attacks import format_findings, parse_attack, run_attacks
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
+    imports_done()
     try:
         attacks = [parse_attack(spec) for spec in args.attack]
     except ValueError as e:
@@ -294,6 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
     """Run `subset` (default: the whole sweep), then report on the whole sweep's records."""
     from privfgl.sweep import check_cells, report, run_sweep
+    imports_done()
     todo = subset or sweep
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: valid: an integer >= 1")
@@ -392,6 +396,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_GC_PAUSED_FOR_IMPORTS = False
+
+
+def entry() -> None:
+    """The `privfgl` console script: `main` in a process of its own, with the cyclic garbage collector
+    kept off the start-up and the exit. Importing torch and PyG creates ~300k objects that live until
+    exit; with the collector on, the imports rescan them in dozens of full collections (~1 s) and the
+    exit once more (~1.3 s; docs/speed.md). So the collector is paused until the command's imports are
+    done (`imports_done`), what they built is frozen (`gc.freeze`: never scanned again, still freed at
+    exit), and it is frozen again before exit. `main` alone (tests, notebooks) leaves the collector as is."""
+    global _GC_PAUSED_FOR_IMPORTS
+    gc.disable()
+    _GC_PAUSED_FOR_IMPORTS = True
+    try:
+        code = main()
+    finally:
+        imports_done()
+    gc.freeze()
+    sys.exit(code)
+
+
+def imports_done() -> None:
+    """A command's heavy imports are done: under `entry`, freeze what they built and resume the collector."""
+    global _GC_PAUSED_FOR_IMPORTS
+    if _GC_PAUSED_FOR_IMPORTS:
+        _GC_PAUSED_FOR_IMPORTS = False
+        gc.freeze()
+        gc.enable()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -405,4 +439,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -109,3 +109,38 @@ def test_a_plain_fedavg_run_loads_only_torch_and_torch_geometric(tmp_path):
                   "assert main(['run', '--method', 'fedavg', '--dataset', 'sbm', '--partition', 'dirichlet', "
                   "'--clients', '3', '--rounds', '1', '--no-progress']) == 0")
     assert loaded_after(statements, env={"PRIVFGL_CACHE": str(tmp_path)}) == ["torch", "torch_geometric"]
+
+
+SPY_COMMAND = """
+import gc, json, sys
+from privfgl import cli
+seen = []
+def spy(args):
+    seen.append(gc.isenabled())
+    cli.imports_done()
+    seen.append(gc.isenabled())
+    return 0
+cli.cmd_datasets = spy
+"""
+
+
+def test_console_entry_keeps_the_collector_off_the_imports_only():
+    """`privfgl` (cli.entry): the cyclic GC is off until the command's imports are done, then on again,
+    and what the imports built is frozen (docs/speed.md: about 2 s of start-up and exit)."""
+    done = python(SPY_COMMAND + "sys.argv = ['privfgl', 'datasets']\ntry:\n    cli.entry()\nexcept SystemExit as e:\n"
+                  "    print(json.dumps([seen, gc.isenabled(), gc.get_freeze_count() > 0, e.code]))")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[False, True], True, True, 0]
+
+
+def test_main_alone_leaves_the_collector_as_it_is():
+    done = python(SPY_COMMAND + "code = cli.main(['datasets'])\n"
+                  "print(json.dumps([seen, gc.isenabled(), gc.get_freeze_count(), code]))")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[True, True], True, 0, 0]
+
+
+def test_console_entry_resumes_the_collector_after_an_argument_error():
+    done = python("import gc, sys\nfrom privfgl import cli\nsys.argv = ['privfgl', 'run', '--no-such-flag']\n"
+                  "try:\n    cli.entry()\nexcept SystemExit as e:\n    print(gc.isenabled(), e.code)")
+    assert done.stdout.split() == ["True", "2"], done.stderr

@@ -82,3 +82,23 @@ def test_auto_engine_falls_back_to_the_loop_for_gat_and_stacked_refuses_it():
         make_trainers(clients, cfg, init, "stacked")
     with pytest.raises(ValueError, match="unknown engine"):
         make_trainers(clients, cfg, init, "warp")
+
+
+@pytest.mark.parametrize("sizes", [(3, 3, 3), (4, 1, 3), (2, 0, 5)])
+def test_block_graph_pads_each_client_to_the_largest_and_back(sizes):
+    """pad puts client k's rows at k * n_max with zeros after them; unpad undoes it, gradients included."""
+    from privfgl.models.stacked import BlockGraph
+    xs = [torch.randn(n, 2) for n in sizes]
+    graph = BlockGraph(xs, [torch.zeros(2, 0, dtype=torch.long)] * len(sizes))
+    rows = torch.cat(xs).requires_grad_(True)
+    padded = graph.pad(rows)
+    n_max = max(sizes)
+    assert padded.shape == (len(sizes) * n_max, 2)
+    for k, (x, n) in enumerate(zip(xs, sizes)):
+        assert torch.equal(padded[k * n_max:k * n_max + n], x)
+        assert not padded[k * n_max + n:(k + 1) * n_max].any()
+    back = graph.unpad(padded * torch.arange(1.0, padded.shape[0] + 1)[:, None])
+    weight = torch.cat([torch.arange(k * n_max + 1.0, k * n_max + n + 1) for k, n in enumerate(sizes)])
+    assert torch.equal(back, rows * weight[:, None])
+    back.sum().backward()
+    assert torch.equal(rows.grad, weight[:, None].expand_as(rows))
