@@ -1,18 +1,20 @@
 """Cost and accuracy of every secure-aggregation backend: time per phase, bytes, max error.
 
 Each row sums K client vectors of n unit-scale values (uniform in [-1, 1], float64) once (after
-one warm-up sum of the same size) and reports the phase times, the bytes each client uploads, the
-upload bytes per value, the max abs error against a float64 reference sum, the backend's own
-error bound, and the total time relative to `plain` on the same inputs. Key generation and
-process start-up are excluded from the rows and printed separately.
+one warm-up sum of the same size; `--repeat R`: the median of R sums) and reports the phase times,
+the bytes each client uploads, the upload bytes per value, the max abs error against a float64
+reference sum, the backend's own error bound, and the total time relative to `plain` on the same
+inputs. Key generation and process start-up are excluded from the rows and printed separately.
 
     python experiments/bench_protocols.py --quick           # small grid, in-process backends
     python experiments/bench_protocols.py                   # n 1e3..1e6, K 2..100 (skips noted)
     python experiments/bench_protocols.py --multiprocess    # add crypten and secagg multi-process rows
     python experiments/bench_protocols.py --backends secagg secagg:kregular --clients 2 10 100
+    python experiments/bench_protocols.py --secagg-profile --clients 10 --sizes 92232 --repeat 40
 
-`secagg` rows (complete graph, Bonawitz et al.) and `secagg:kregular` rows (SecAgg+, default degree
-2*ceil(log2 K)) are followed by a second table: seconds per round (advertise keys, share keys,
+`secagg` rows (complete graph, Bonawitz et al.), `secagg:kregular` rows (SecAgg+, default degree
+2*ceil(log2 K)) and `secagg:w2` rows (complete graph, the clients run by 2 worker processes; their
+start-up is in the setup time) are followed by a second table: seconds per round (advertise keys, share keys,
 masked input, unmasking; all clients + the server, in process) and the critical path (per round
 the slowest client, then the server: the latency when clients run in parallel).
 """
@@ -37,6 +39,7 @@ BACKENDS: dict[str, tuple[str, dict, str]] = {
     "bfv:sum": ("bfv", {"preset": "sum"}, "he"),
     "secagg": ("secagg", {}, "secagg-complete"),
     "secagg:kregular": ("secagg", {"graph": "kregular"}, "cheap"),
+    "secagg:w2": ("secagg", {"workers": 2}, "secagg-complete"),  # the clients in 2 worker processes
 }
 MP_LABEL = "crypten:mp"
 MP_LABELS: dict[str, tuple[str, dict]] = {MP_LABEL: ("crypten", {"mode": "multiprocess"}),
@@ -63,11 +66,14 @@ def inputs(clients: int, size: int, seed: int) -> list[torch.Tensor]:
     return [torch.from_numpy(rng.uniform(-1.0, 1.0, size)) for _ in range(clients)]
 
 
-def measure(protocol, xs: list[torch.Tensor], reference: np.ndarray) -> dict:
+def measure(protocol, xs: list[torch.Tensor], reference: np.ndarray, repeat: int = 1) -> dict:
     protocol.aggregate(xs)  # warm-up (and multi-process start-up), not timed
-    t0 = time.perf_counter()
-    result = protocol.aggregate(xs)
-    wall = time.perf_counter() - t0
+    timed = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = protocol.aggregate(xs)
+        timed.append((time.perf_counter() - t0, result))
+    wall, result = sorted(timed, key=lambda x: x[0])[(repeat - 1) // 2]  # the median sum (the lower one)
     size = xs[0].numel()
     return {
         **{k: result.phases[k] for k in ("protect", "aggregate", "reveal")},
@@ -80,6 +86,58 @@ def measure(protocol, xs: list[torch.Tensor], reference: np.ndarray) -> dict:
     }
 
 
+PRIMITIVES = (  # (module, function, label): what one secagg sum spends its time in
+    ("crypto", "add_prgs", "PRG masks: AES-128-CTR + add"), ("crypto", "agree", "X25519 agreements"),
+    ("crypto", "new_keypair", "X25519 key pairs"), ("crypto", "keypair_from_seed", "X25519 key pairs"),
+    ("crypto", "pair_key", "HKDF pair keys"), ("crypto", "self_mask_key", "HKDF self-mask keys"),
+    ("crypto", "seal", "ChaCha20-Poly1305 seal + open"), ("crypto", "open_sealed", "ChaCha20-Poly1305 seal + open"),
+    ("shamir", "split", "Shamir split + combine"), ("shamir", "combine", "Shamir split + combine"),
+    ("quantize.Grid", "encode", "quantise"), ("quantize.Grid", "decode", "decode"),
+    ("protocol", "array_bytes", "wire bytes of y"), ("server.Server", "add", "server add"),
+)
+
+
+def profile_secagg(clients: int, size: int, repeat: int, seed: int) -> None:
+    """One-process secagg sums with a timer around each primitive: ms per sum, per round and per primitive."""
+    import importlib
+    import statistics
+    from collections import Counter, defaultdict
+
+    spent, calls = Counter(), Counter()
+    for where, name, label in PRIMITIVES:
+        module, _, cls = where.partition(".")
+        owner = importlib.import_module(f"protocols.secagg.{module}")
+        owner = getattr(owner, cls) if cls else owner
+        original = getattr(owner, name)
+
+        def timed(*a, _f=original, _label=label, **kw):
+            t0 = time.perf_counter()
+            out = _f(*a, **kw)
+            spent[_label] += time.perf_counter() - t0
+            calls[_label] += 1
+            return out
+        setattr(owner, name, timed)
+    xs = inputs(clients, size, seed)
+    walls, rounds = [], defaultdict(list)
+    with get_protocol("secagg") as protocol:
+        protocol.aggregate(xs)
+        spent.clear(), calls.clear()
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = protocol.aggregate(xs)
+            walls.append(time.perf_counter() - t0)
+            for name, r in result.details["round_s"].items():
+                rounds[f"{name} clients"].append(r["clients"])
+                rounds[f"{name} server"].append(r["server"])
+    print(f"secagg, one process, K={clients}, n={size}, {repeat} sums: wall median {statistics.median(walls) * 1e3:.2f} "
+          f"ms (min {min(walls) * 1e3:.2f}); ms per sum (rounds: median; primitives: mean, timers included)")
+    for name, values in rounds.items():
+        print(f"  {name:32s}{statistics.median(values) * 1e3:9.2f}")
+    for label, seconds in spent.most_common():
+        print(f"  {label:32s}{seconds / repeat * 1e3:9.2f}   ({calls[label] // repeat} calls)")
+    print(f"  {'sum of the primitives':32s}{sum(spent.values()) / repeat * 1e3:9.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="n in {1e3, 1e4, 92000}, K in {2, 10}")
@@ -90,8 +148,14 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="do not skip the slow combinations")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="timed sums per row; the median is shown (default 1)")
+    parser.add_argument("--secagg-profile", action="store_true",
+                        help="only: time each primitive of one-process secagg sums (first --clients and --sizes)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.secagg_profile:
+        profile_secagg((args.clients or [10])[0], int((args.sizes or [92232])[0]), args.repeat, args.seed)
+        return
 
     sizes = [int(s) for s in (args.sizes or ([1e3, 1e4, 92000] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
     clients = args.clients or ([2, 10] if args.quick else [2, 10, 100])
@@ -108,6 +172,8 @@ def main() -> None:
         else:
             name, params, _ = BACKENDS[label]
             protocols[label] = get_protocol(name, **params)
+            if params.get("workers", 1) > 1:
+                protocols[label].start_workers()  # every timed sum runs in the workers
         setup[label] = time.perf_counter() - t0
 
     header = (
@@ -130,7 +196,7 @@ def main() -> None:
                 if note:
                     skipped.append(f"{label} K={k} n={size}: {note}")
                     continue
-                row = measure(protocols[label], xs, reference)
+                row = measure(protocols[label], xs, reference, args.repeat)
                 if label == "plain":
                     plain_total = row["total"]
                 if "round_s" in row["details"]:

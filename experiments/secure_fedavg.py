@@ -1,14 +1,17 @@
 """FedAvg on Cora under each secure-aggregation protocol, side by side with plain, in one process.
 
-Prints, per protocol: test accuracy and its difference to plain on the same seed, wall time and
-its ratio to plain, the process's CPU time and its ratio (steadier than wall time on a shared
-machine; with several torch threads it counts every core), the protocol's own phases (protect /
-aggregate / reveal), and upload bytes per client per round.
+Prints, per protocol: the 1-minute load average before it ran, test accuracy and its difference to
+plain on the same seed, wall time and its ratio to plain, the CPU time of the process and of the
+worker processes it waited for (secagg ``workers``, stopped at the end of the run) and its ratio
+(steadier than wall time on a shared machine; with several torch threads it counts every core), the
+protocol's own phases (protect / aggregate / reveal), upload bytes per client per round, and upload
+bytes per value of the model.
 
     python experiments/secure_fedavg.py                       # 100 rounds, seed 0, all protocols
     python experiments/secure_fedavg.py --rounds 10 --protocols plain crypten "ckks preset=sum"
     python experiments/secure_fedavg.py --sbm-nodes 100000 --clients 1000 --rounds 3 \
         --protocols plain "secagg graph=kregular"             # the SecAgg+ graph at scale
+    python experiments/secure_fedavg.py --protocols plain secagg "secagg workers=2" plain   # issue #18
 
 --sbm-nodes N replaces Cora (Louvain) by the synthetic graph of experiments/bench_scale.py: a
 contextual SBM of N nodes (10 classes, 128 features, homophily 0.8, average degree 5, seed 0),
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from privfgl.data import contextual_sbm, load_dataset
@@ -37,6 +41,12 @@ def parse_protocol(text: str) -> tuple[str, dict]:
         except json.JSONDecodeError:
             params[key] = value
     return name, params
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the child processes this process has waited for (secagg's workers, once closed)."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 def main() -> None:
@@ -63,23 +73,31 @@ def main() -> None:
         cfg = RunConfig(method="fedavg", dataset=dataset, partition=partition, clients=args.clients,
                         rounds=args.rounds, seed=args.seed, protocol=name, protocol_params=params,
                         data_root=args.data_root, progress=False, transcript="none")
-        start, cpu_start = time.perf_counter(), time.process_time()
+        load = os.getloadavg()[0]
+        start, cpu_start, children_start = time.perf_counter(), time.process_time(), _children_cpu()
         record, _ = run(cfg, data=data)
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start + _children_cpu() - children_start
         phases = record["time"]["phases"]
-        rows.append({"protocol": text, "test_acc": record["metrics"]["test_acc"], "wall_s": wall, "cpu_s": cpu,
-                     "protect_s": phases.get("protect", 0.0), "aggregate_s": phases.get("aggregate", 0.0),
+        rows.append({"protocol": text, "load": load, "test_acc": record["metrics"]["test_acc"], "wall_s": wall,
+                     "cpu_s": cpu, "protect_s": phases.get("protect", 0.0), "aggregate_s": phases.get("aggregate", 0.0),
                      "reveal_s": phases.get("reveal", 0.0),
                      "up_MB_per_client_round": record["cost"]["bytes_up"] / args.clients / args.rounds / 1e6})
-    plain = next((r for r in rows if r["protocol"] == "plain"), rows[0])
-    cols = ["protocol", "test_acc", "d_acc", "wall_s", "x_plain", "cpu_s", "x_plain_cpu", "protect_s", "aggregate_s",
-            "reveal_s", "up_MB_per_client_round"]
+    plains = [r for r in rows if r["protocol"] == "plain"]
+    plain = plains[0] if plains else rows[0]  # the first plain row
+    plain_wall = sum(r["wall_s"] for r in plains or [plain]) / len(plains or [plain])
+    cols = ["protocol", "load", "test_acc", "d_acc", "wall_s", "x_plain", "x_plain_mean", "cpu_s", "x_plain_cpu",
+            "protect_s", "aggregate_s", "reveal_s", "up_MB_per_client_round", "up_B_per_value"]
     print(f"{dataset}, {partition}, {args.clients} clients, {args.rounds} rounds, seed {args.seed}")
     print(" | ".join(cols))
     for r in rows:
         r["d_acc"] = r["test_acc"] - plain["test_acc"]
         r["x_plain"] = r["wall_s"] / plain["wall_s"]
+        r["x_plain_mean"] = r["wall_s"] / plain_wall  # against the mean of the plain rows (drift on a shared machine)
         r["x_plain_cpu"] = r["cpu_s"] / plain["cpu_s"]
+        # plain uploads float64 (8 B per value): its bytes give the values per upload
+        r["up_B_per_value"] = (8 * r["up_MB_per_client_round"] / plain["up_MB_per_client_round"] if plains
+                               else float("nan"))
         print(" | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
 
 

@@ -11,10 +11,16 @@
    seed shares wanted). An honest client refuses a request that names one client in both lists,
    asks for its own pairwise seed (it sent its masked input, so that seed must stay secret), or
    lists fewer survivors than the threshold.
+
+``ClientGroup`` runs the rounds of a set of clients, in increasing index order: every client in the
+Protocol's own process (``workers=1``), or one worker process's share of them (``workers`` > 1,
+``protocols.secagg.pool``). This module and what it imports (``crypto``, ``shamir``, ``quantize``)
+must not import torch: the workers load them without it.
 """
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -77,12 +83,10 @@ class Client:
                 ) from None
             x = plain[0] << 8 | plain[1]
             self.shares_held[u] = (x, plain[2:2 + n], plain[2 + n:2 + 2 * n])
-        y = q
-        crypto.add_prg(y, crypto.self_mask_key(self.b_seed))
         self.masked_with = set(sealed)  # the neighbours that shared in round 2
-        for v in sorted(self.masked_with):
-            crypto.add_prg(y, self.pair_mask_key(v), subtract=self.index > v)  # + when u < v, - when u > v
-        return y
+        masks = [(crypto.self_mask_key(self.b_seed), False)]
+        masks += [(self.pair_mask_key(v), self.index > v) for v in sorted(self.masked_with)]  # + when u < v
+        return crypto.add_prgs(q, masks)  # y: q with the masks added in place
 
     def _share_key(self, v: int) -> bytes:
         if v not in self._share_keys:
@@ -115,3 +119,42 @@ class Client:
         b = {u: (self.shares_held[u][0], self.shares_held[u][2]) for u in survivors if u in self.shares_held}
         s = {u: (self.shares_held[u][0], self.shares_held[u][1]) for u in dropped if u in self.shares_held}
         return {"b": b, "s": s}
+
+
+class ClientGroup:
+    """The clients one process acts for, round by round. ``members``: (index, neighbours, holders,
+    threshold) of each. Every round method takes client -> its request, runs the clients in increasing
+    index order and returns client -> (its message, the seconds it took). A client's ProtocolError
+    propagates at once (the later clients of the round do not run; ``current`` names the one that raised)."""
+
+    def __init__(self, members):
+        self.clients = {u: Client(u, neighbours, holders, t) for u, neighbours, holders, t in members}
+        self.current: int | None = None
+
+    def _run(self, requests: dict, step) -> dict:
+        out = {}
+        for u in sorted(requests):
+            self.current = u
+            t0 = time.perf_counter()
+            message = step(self.clients[u], requests[u])
+            out[u] = (message, time.perf_counter() - t0)
+        self.current = None
+        return out
+
+    def advertise(self, live) -> dict[int, tuple[bytes, float]]:
+        """Round 1 for the clients in ``live``: their c||s public keys."""
+        return self._run(dict.fromkeys(live), lambda c, _: c.advertise_keys())
+
+    def share(self, requests: dict[int, tuple[dict, dict | None]]) -> dict:
+        """Round 2: client -> (its neighbours' keys as routed, tamper) -> (commitment, holder -> sealed shares)."""
+        return self._run(requests, lambda c, r: c.share_keys(*r))
+
+    def mask(self, inboxes: dict[int, dict[int, bytes]], grid, inputs, outputs) -> dict:
+        """Round 3: client u encodes ``inputs[u]`` on ``grid`` into ``outputs[u]`` (a ring vector it owns)
+        and masks it there with the shares in its inbox: u -> (outputs[u], now its masked vector y)."""
+        return self._run(inboxes, lambda c, inbox: c.masked_input(inbox, grid.encode(c.index, inputs[c.index],
+                                                                                     outputs[c.index])))
+
+    def unmask(self, requests: dict[int, tuple[list[int], list[int], int]]) -> dict:
+        """Round 4: client -> (survivors, dropped, survivor count) asked -> its shares answer."""
+        return self._run(requests, lambda c, r: c.unmask(*r))

@@ -1,6 +1,9 @@
 """`secagg`: the Protocol object. Runs the four rounds in process, one Client per client and one
 Server, and books every message as a Transfer with its bytes (the server's view).
 
+The clients' side runs in this process (``client.ClientGroup``) or, with ``workers`` > 1, in worker
+processes (``pool``, ``worker``); the server's side always runs here.
+
 Wire format (all little-endian), per sum:
   round 1  client -> server   "setup"  public_key  c_pk || s_pk (64 B)
            server -> client   "setup"  public_key  per live neighbour: index (4 B) || c_pk || s_pk
@@ -23,7 +26,8 @@ import torch
 
 from protocols.base import SERVER, AggregationResult, Protocol, ProtocolError, Transfer, array_bytes, client
 from protocols.secagg import graph as graphs
-from protocols.secagg.client import Client
+from protocols.secagg.client import ClientGroup
+from protocols.secagg.pool import PoolClients, WorkerPool, check_workers
 from protocols.secagg.quantize import BITS, MAX_FRAC_BITS, make_grid
 from protocols.secagg.server import Server
 
@@ -91,6 +95,15 @@ class SecAggProtocol(Protocol):
                  {"bad_share": [u, v]} client u sends v garbage shares (validly encrypted);
                  {"ask_both": u} the server asks for u's pairwise seed share though u survived;
                  {"late": [clients]} their masked inputs arrive after the server closed round 3.
+    workers:     processes that run the clients' side of the rounds (default 1: this process). With
+                 workers > 1 (``pool``) that many worker processes, started with the protocol (``start_workers``)
+                 and kept until ``close()``, each act for a contiguous block of the clients (their key
+                 pairs, shares, quantisation and masking), in parallel; the server stays in this process.
+                 The messages, their bytes and the revealed sum are those of workers=1 (the sum is exact
+                 in the ring); the clients' secrets stay in the workers, so ``last_run`` is None. A sum
+                 that comes while the workers are still starting (~0.3 s) runs in this process, as with
+                 workers=1 (``details["workers"]`` says which). ``phases`` and ``round_s`` add up the
+                 clients' own seconds, measured in the workers.
     The sum is opened to the server (it unmasks it); reveal_to="clients" is refused.
     """
 
@@ -99,7 +112,8 @@ class SecAggProtocol(Protocol):
     def __init__(self, bits: int = 32, clip_range: float = 4096.0, frac_bits: int | str = "auto",
                  threshold: int | None = None, graph: str = "complete", degree: int | None = None,
                  graph_seed: int = 0, dropout: dict | None = None, dropout_rate: float = 0.0,
-                 dropout_seed: int | None = None, faults: dict | None = None):
+                 dropout_seed: int | None = None, faults: dict | None = None, workers: int = 1):
+        self.workers = check_workers(workers)
         if bits not in BITS:
             raise ProtocolError(f"bits: expected one of {', '.join(map(str, BITS))}, got {bits!r}")
         if isinstance(clip_range, bool) or not isinstance(clip_range, (int, float)) or not 0 < clip_range < 2.0**62:
@@ -122,6 +136,10 @@ class SecAggProtocol(Protocol):
         self._dropout_rng = np.random.default_rng(dropout_seed)
         self.faults = _check_faults(faults)
         self.last_run: dict | None = None  # auditor-only ground truth of the last sum (clients' secrets)
+        self._pool: WorkerPool | None = None
+        self._replaced = False  # the pool replaces one that failed
+        self._buffer: np.ndarray | None = None
+        self.start_workers(wait=False)  # the workers, if any, start while the caller sets up
 
     def _drops(self, num_clients: int) -> dict[int, int]:
         """client -> the round it drops at (absent: it never drops)."""
@@ -156,13 +174,22 @@ class SecAggProtocol(Protocol):
         if reveal_to != "server":
             raise ProtocolError("reveal_to: secagg opens the sum to the server (it removes the masks); "
                                 "valid: 'server'")
-        K = len(values)
+        K, n = len(values), int(values[0].numel())
         grid = make_grid(self.bits, self.clip_range, self.frac_bits, K, integer)
         nbrs, holders, t = self.setup(K)
         drops = self._drops(K)
         faults = self.faults
         late = set(faults.get("late", ()))
-        clients = [Client(u, nbrs[u], holders[u], t) for u in range(K)]
+        members = [(u, nbrs[u], holders[u], t) for u in range(K)]
+        pool = self._ready_pool()
+        if pool is None:
+            group = ClientGroup(members)
+            parties = _LocalClients(group, grid, values, self._scratch(K + 1, n, grid.dtype))
+            total_out = parties.outputs[K]
+        else:
+            group = None
+            parties = PoolClients(pool, members, grid, values, [u for u in range(K) if drops.get(u, 5) > 3])
+            total_out = self._scratch(1, n, grid.dtype)[0]
         server = Server(K, nbrs, holders, t)
         transfers: list[Transfer] = []
         seconds = {r: {"clients": 0.0, "server": 0.0, "client_max": 0.0} for r in ROUNDS}
@@ -170,76 +197,76 @@ class SecAggProtocol(Protocol):
         def live(r: int, pool) -> list[int]:
             return [u for u in sorted(pool) if drops.get(u, 5) > r]
 
-        def timed(r: int, party: str, fn, *args):
+        def timed(r: int, fn, *args):
+            """A server step of round r."""
             t0 = time.perf_counter()
             out = fn(*args)
-            dt = time.perf_counter() - t0
-            seconds[r]["server" if party == SERVER else "clients"] += dt
-            if party != SERVER:
-                seconds[r]["client_max"] = max(seconds[r]["client_max"], dt)
+            seconds[r]["server"] += time.perf_counter() - t0
             return out
 
+        def clients_did(r: int, done: dict) -> dict:
+            """The clients' messages of round r (client -> (message, seconds)) -> client -> message."""
+            for _, dt in done.values():
+                seconds[r]["clients"] += dt
+                seconds[r]["client_max"] = max(seconds[r]["client_max"], dt)
+            return {u: message for u, (message, _) in done.items()}
+
         # Round 1: advertise keys.
-        keys = {}
-        for u in live(1, range(K)):
-            keys[u] = timed(1, "c", clients[u].advertise_keys)
+        keys = clients_did(1, parties.advertise(live(1, range(K))))
+        for u in sorted(keys):
             transfers.append(Transfer(client(u), SERVER, "setup", "public_key", len(keys[u]), (keys[u],)))
-        timed(1, SERVER, server.check_round, 1, set(keys))
-        routed = timed(1, SERVER, server.route_keys, keys)
+        timed(1, server.check_round, 1, set(keys))
+        routed = timed(1, server.route_keys, keys)
         for v, got in routed.items():
             blobs = tuple(_U32.pack(w) + blob for w, blob in got.items())
             transfers.append(Transfer(SERVER, client(v), "setup", "public_key", sum(map(len, blobs)), blobs))
 
         # Round 2: share keys.
-        sent = {}
         bad = faults.get("bad_share")
-        for u in live(2, keys):
-            tamper = {bad[1]: "bad_share"} if bad and bad[0] == u else None
-            sent[u] = timed(2, "c", clients[u].share_keys, routed[u], tamper)
+        sent = clients_did(2, parties.share({u: (routed[u], {bad[1]: "bad_share"} if bad and bad[0] == u else None)
+                                             for u in live(2, keys)}))
+        for u in sorted(sent):
             blobs = (sent[u][0],) + tuple(sent[u][1][v] for v in sorted(sent[u][1]))
             transfers.append(Transfer(client(u), SERVER, "share", "ciphertext", sum(map(len, blobs)), blobs))
-        timed(2, SERVER, server.check_round, 2, set(sent))
+        timed(2, server.check_round, 2, set(sent))
         tamper_share = tuple(faults["tamper_share"]) if "tamper_share" in faults else None
-        inbox = timed(2, SERVER, server.route_shares, sent, tamper_share)
+        inbox = timed(2, server.route_shares, sent, tamper_share)
         for v in sorted(sent):  # forwarded to every client that shared (U2)
             blobs = tuple(inbox[v][u] for u in sorted(inbox[v]))
             if blobs:
                 transfers.append(Transfer(SERVER, client(v), "share", "ciphertext", sum(map(len, blobs)), blobs))
 
         # Round 3: masked input.
+        ys = clients_did(3, parties.mask({u: inbox[u] for u in live(3, sent)}))
         masked = {}
-        for u in live(3, sent):
-            def mask(u=u):
-                return clients[u].masked_input(inbox[u], grid.encode(u, values[u]))
-            y = timed(3, "c", mask)
-            wire = array_bytes(y)
+        for u in sorted(ys):
+            wire = array_bytes(ys[u])
             transfers.append(Transfer(client(u), SERVER, "input", "ciphertext", len(wire), (wire,)))
             if u not in late:
-                masked[u] = y
-        timed(3, SERVER, server.check_round, 3, set(masked))
-        total = timed(3, SERVER, server.add, masked)
+                masked[u] = ys[u]
+        timed(3, server.check_round, 3, set(masked))
+        total = timed(3, server.add, masked, total_out)
 
         # Round 4: unmasking.
-        requests = timed(4, SERVER, server.requests, faults.get("ask_both"))
-        answers = {}
+        requests = timed(4, server.requests, faults.get("ask_both"))
+        answering = [v for v in requests if drops.get(v, 5) > 4]
+        answers = clients_did(4, parties.unmask({v: (*requests[v], len(masked)) for v in answering}))
         for v, (b_wanted, s_wanted) in requests.items():
             asked = (len(b_wanted), len(s_wanted), *b_wanted, *s_wanted)
             blob = struct.pack(f"<{len(asked)}I", *asked)
             transfers.append(Transfer(SERVER, client(v), "reveal", "parameters", len(blob), (blob,)))
-            if drops.get(v, 5) <= 4:
-                continue
-            answers[v] = timed(4, "c", clients[v].unmask, b_wanted, s_wanted, len(masked))
-            blobs = tuple(_ANSWER.pack(kind, u, x) + share for kind, which in ((0, "b"), (1, "s"))
-                          for u, (x, share) in sorted(answers[v][which].items()))
-            transfers.append(Transfer(client(v), SERVER, "reveal", "share", sum(map(len, blobs)), blobs))
-        timed(4, SERVER, server.check_round, 4, set(answers))
-        total = timed(4, SERVER, server.unmask, total, answers)
-        t0 = time.perf_counter()
-        revealed = grid.decode(total)
-        seconds[4]["server"] += time.perf_counter() - t0
+            if v in answers:
+                blobs = tuple(_ANSWER.pack(kind, u, x) + share for kind, which in ((0, "b"), (1, "s"))
+                              for u, (x, share) in sorted(answers[v][which].items()))
+                transfers.append(Transfer(client(v), SERVER, "reveal", "share", sum(map(len, blobs)), blobs))
+        timed(4, server.check_round, 4, set(answers))
+        total = timed(4, server.unmask, total, answers)
+        revealed = timed(4, grid.decode, total)
 
         survivors = sorted(masked)
-        self.last_run = {"clients": clients, "server": server, "grid": grid, "survivors": survivors}
+        # Auditor-only ground truth; with workers the clients' secrets stay in the workers' processes.
+        self.last_run = None if group is None else {"clients": [group.clients[u] for u in range(K)], "server": server,
+                                                    "grid": grid, "survivors": survivors}
         round_names = {1: "advertise_keys", 2: "share_keys", 3: "masked_input", 4: "unmasking"}
         return AggregationResult(
             total=revealed,
@@ -254,8 +281,58 @@ class SecAggProtocol(Protocol):
                      "faulty_shares": server.faulty,
                      "late": sorted(late), "threshold": t, "graph": self.graph,
                      "degree": len(nbrs[0]) if K > 1 else 0, "bits": grid.bits, "frac_bits": grid.frac_bits,
-                     "clip_range": grid.limit,
+                     "clip_range": grid.limit, "workers": 1 if pool is None else pool.size,
                      "round_s": {round_names[r]: dict(seconds[r]) for r in ROUNDS},
                      # A deployment runs the clients in parallel: per round the slowest client, then the server.
                      "critical_path_s": sum(seconds[r]["client_max"] + seconds[r]["server"] for r in ROUNDS)},
         )
+
+    def start_workers(self, wait: bool = True) -> None:
+        """Start the worker processes (``workers`` > 1) if they are not running; ``wait``: until they are
+        ready, so that the next sum runs in them (a sum that finds them starting runs in this process)."""
+        if self.workers > 1:
+            if self._pool is not None and (self._pool.broken or (self._pool.started and not self._pool.alive)):
+                self._pool.close()  # a worker died or a sum was interrupted: start afresh
+                self._pool = None
+                self._replaced = True
+            if self._pool is None:
+                self._pool = WorkerPool(self.workers)
+            if wait:
+                self._pool.ready()
+
+    def _ready_pool(self) -> WorkerPool | None:
+        """The pool to run this sum's clients, or None: workers=1, or the workers are still starting. A pool
+        that replaces a failed one is waited for: a worker that cannot start raises, every time."""
+        if self.workers == 1:
+            return None
+        self.start_workers(wait=False)
+        return self._pool if self._pool.ready(wait=self._replaced) else None
+
+    def _scratch(self, rows: int, n: int, dtype) -> np.ndarray:
+        """A (rows, n) array of ``dtype`` in this protocol's reused buffer (grown, never shrunk; freed by
+        ``close``): the clients' ring vectors and the server's sum, without fresh pages every sum."""
+        nbytes = rows * n * np.dtype(dtype).itemsize
+        if self._buffer is None or self._buffer.nbytes < nbytes:
+            self._buffer = np.empty(nbytes, dtype=np.uint8)
+        return self._buffer[:nbytes].view(dtype).reshape(rows, n)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later sum starts them again), and free the reused buffer."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._replaced = False
+        self._buffer = None
+
+
+class _LocalClients:
+    """Every client in this process: ``ClientGroup``'s rounds, with the inputs as given and the ring
+    vectors in the protocol's reused buffer (row u: client u's y; row K: the server's sum)."""
+
+    def __init__(self, group: ClientGroup, grid, values, outputs: np.ndarray):
+        self.group, self.grid, self.outputs = group, grid, outputs
+        self.inputs = values
+        self.advertise, self.share, self.unmask = group.advertise, group.share, group.unmask
+
+    def mask(self, inboxes):
+        return self.group.mask(inboxes, self.grid, self.inputs, self.outputs)

@@ -8,6 +8,8 @@ so that K clients at the range's edge cannot reach it, K * (clip_range * 2^f + 1
 and so that |sum q| <= 2^53 (the float64 read-back is exact). A client whose input leaves the range
 raises ProtocolError: nothing ever wraps silently. Integer inputs (counts) use f = 0 and are summed
 exactly to int64; their range is |x| <= (2^(b-1) - 1) // K, the most a sum of K can hold.
+This module imports torch only to return the decoded sum (``decode``): the clients' side (``encode``,
+on numpy arrays too) runs in the secagg worker processes, which never load torch (``client``).
 Error bound of the revealed float sum against the exact sum of the inputs: K * 2^-(f+1) (each
 client's rounding), a public number; 0 for integers.
 """
@@ -18,7 +20,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from protocols.base import ProtocolError
 
@@ -50,12 +51,24 @@ class Grid:
         """Max abs error of the revealed sum of ``num_clients`` inputs: K * 2^-(f+1); 0 for integers."""
         return 0.0 if self.integer else self.num_clients * 2.0 ** -(self.frac_bits + 1)
 
-    def encode(self, k: int, x: torch.Tensor) -> np.ndarray:
-        """Client k's flat input -> a fresh array of ring elements. Raises ProtocolError outside |x| <= limit."""
-        a = x.numpy()
+    def encode(self, k: int, x, out: np.ndarray | None = None) -> np.ndarray:
+        """Client k's flat input (a torch tensor or a numpy array: float64, or int64 for integer grids) ->
+        its ring elements: a fresh array, or written into ``out`` (ring dtype, x's size; returned).
+        Raises ProtocolError outside |x| <= limit."""
+        a = x if isinstance(x, np.ndarray) else x.numpy()
         # Integers: exact Python ints (np.abs(int64 min) overflows to a negative value). Floats (finite,
-        # checked by Protocol.aggregate): max |x| = max(-min, max), without an |x| temporary.
-        m = max(-int(a.min()), int(a.max())) if self.integer else max(-float(a.min()), float(a.max()))
+        # checked by Protocol.aggregate): max |x| = max(-min, max), without an |x| temporary, read off the
+        # scaled copy (exact: a power of two; x is read once, the min and max passes read the copy while it is
+        # in cache), unless that overflowed.
+        if self.integer:
+            scaled = a  # |q| <= limit < 2^(b-1): exact
+            m = max(-int(a.min()), int(a.max()))
+        else:
+            scale = 2.0**self.frac_bits
+            scaled = np.multiply(a, scale, out=_scratch(a.size))
+            m = max(-float(scaled.min()), float(scaled.max())) / scale
+            if m == math.inf:  # |x| * 2^f overflowed float64: far out of range anyway
+                m = max(-float(a.min()), float(a.max()))
         if m > self.limit:
             what = "integer range" if self.integer else f"clip range (clip_range={self.limit:g})"
             raise ProtocolError(
@@ -63,16 +76,17 @@ class Grid:
                 f"for {self.num_clients} clients on a {self.bits}-bit ring; scale the inputs down, raise "
                 "clip_range or use bits=64"
             )
-        if self.integer:
-            q = a.astype(_INT[self.bits])  # |q| <= limit < 2^(b-1): exact
-        else:
-            scaled = np.multiply(a, 2.0**self.frac_bits, out=_scratch(a.size))  # exact: a power of two
-            np.rint(scaled, out=scaled)
-            q = scaled.astype(_INT[self.bits])  # |q| < 2^(b-1): exact, no wrap
-        return q.view(self.dtype)  # the two's-complement element
+        if not self.integer:
+            np.rint(scaled, out=scaled)  # |q| < 2^(b-1): exact, no wrap
+        if out is None:
+            return scaled.astype(_INT[self.bits]).view(self.dtype)  # the two's-complement element
+        np.copyto(out.view(_INT[self.bits]), scaled, casting="unsafe")  # the same cast as astype
+        return out
 
-    def decode(self, total: np.ndarray) -> torch.Tensor:
-        """The unmasked ring sum -> int64 (integers) or float64 on the grid."""
+    def decode(self, total: np.ndarray):
+        """The unmasked ring sum -> a torch tensor: int64 (integers) or float64 on the grid."""
+        import torch  # noqa: PLC0415 (the clients' side, in the workers, never needs it)
+
         signed = total.view(_INT[self.bits])
         if self.integer:
             return torch.from_numpy(signed.astype(np.int64))

@@ -71,11 +71,14 @@ class Server:
         return inbox
 
     # round 3
-    def add(self, masked: dict[int, np.ndarray]) -> np.ndarray:
+    def add(self, masked: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        """The ring sum of the masked vectors: a fresh array, or written into ``out`` (their dtype and size)."""
         total = None
         for u in sorted(masked):
             if total is None:
-                total = masked[u].copy()
+                total = masked[u].copy() if out is None else out
+                if out is not None:
+                    np.copyto(out, masked[u])
             else:
                 total += masked[u]  # wraps mod 2^b: the protocol
         return total
@@ -117,10 +120,10 @@ class Server:
         return out
 
     def unmask(self, total: np.ndarray, answers: dict[int, dict[str, dict[int, tuple]]]) -> np.ndarray:
-        """Remove the survivors' self masks and the dropped clients' pairwise masks from the sum."""
+        """Remove the survivors' self masks and the dropped clients' pairwise masks from the sum ``total``
+        (in place: the array ``add`` returned) and return it."""
         survivors, dropped = self.alive[3], self.alive[2] - self.alive[3]
         answers = _by_owner(answers)
-        total = total.copy()
         for u in sorted(survivors):
             committed = self.commitments[u]
             seed = self._reconstruct(u, "b", answers, lambda seed, u=u: crypto.commitment(u, seed) == committed)

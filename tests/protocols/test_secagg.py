@@ -390,7 +390,7 @@ def test_shamir_split_combine_and_threshold():
 
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
 def test_add_prg_is_expand_in_place(dtype):
-    key = crypto.hkdf(crypto.fresh_seed(), b"test")
+    key = crypto.hkdf(crypto.fresh_seed(), b"test", crypto.PRG_KEY_BYTES)
     y = np.arange(1000, dtype=dtype)
     want = y + crypto.expand(key, y.size, dtype)
     assert crypto.add_prg(y, key) is y and np.array_equal(y, want)
@@ -398,6 +398,32 @@ def test_add_prg_is_expand_in_place(dtype):
     assert np.array_equal(y, np.arange(1000, dtype=dtype))
     big = np.zeros(5000, dtype=dtype)  # the per-thread buffer grows and is reused
     assert np.array_equal(crypto.add_prg(big, key), crypto.expand(key, 5000, dtype))
+    other = crypto.hkdf(crypto.fresh_seed(), b"test", crypto.PRG_KEY_BYTES)
+    y = np.arange(1000, dtype=dtype)
+    crypto.add_prgs(y, [(key, False), (other, True)])  # several masks, in order
+    assert np.array_equal(y, np.arange(1000, dtype=dtype) + crypto.expand(key, 1000, dtype)
+                          - crypto.expand(other, 1000, dtype))
+
+
+def test_the_prg_is_aes_128_ctr_with_16_byte_keys():
+    """The mask PRG is AES-128-CTR (16-byte keys from HKDF; AES-256 until #18): the keystream of a zero
+    IV, read little-endian; a 32-byte key is refused rather than silently running AES-256."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    seed = crypto.fresh_seed()
+    key = crypto.self_mask_key(seed)
+    assert len(key) == crypto.PRG_KEY_BYTES == 16
+    stream = Cipher(algorithms.AES128(key), modes.CTR(bytes(16))).encryptor().update(bytes(64))
+    assert np.array_equal(crypto.expand(key, 16, np.uint32), np.frombuffer(stream, "<u4"))
+    shared = crypto.agree(crypto.new_keypair()[0], crypto.new_keypair()[1])
+    assert len(crypto.pair_key(shared, b"pair-mask", 3, 1)) == 16
+    assert crypto.pair_key(shared, b"pair-mask", 3, 1) == crypto.pair_key(shared, b"pair-mask", 1, 3)
+    assert len(crypto.pair_key(shared, b"share-encryption", 1, 3)) == 32  # ChaCha20-Poly1305
+    for wrong in (bytes(32), bytes(24)):
+        with pytest.raises(ValueError, match="AES-128-CTR"):
+            crypto.expand(wrong, 4, np.uint32)
+        with pytest.raises(ValueError, match="AES-128-CTR"):
+            crypto.add_prg(np.zeros(4, np.uint32), wrong)
 
 
 def test_upload_per_value_and_sparse_graph_bytes():

@@ -266,3 +266,31 @@ def test_a_random_participation_draw_never_leaves_a_round_without_clients():
     masks = [mask(r, "model_update") for r in range(200)]
     assert all(len(m) <= 2 for m in masks) and sum(len(m) == 2 for m in masks) > 100
     assert all(mask(r, "other") == masks[r] for r in range(200))
+
+
+def test_secagg_workers_run_reveals_the_one_process_runs_sums(runs, sbm, monkeypatch):
+    """FedAvg with client 1 dropping, its clients run by 2 worker processes (`workers=2`): every round
+    reveals bit for bit the sums of the one-process run, with the same messages and bytes (issue #18)."""
+    from protocols.secagg.protocol import SecAggProtocol
+
+    _, serial = runs("fedavg")
+    ready_pool, pooled = SecAggProtocol._ready_pool, []
+
+    def wait_for_the_workers(self):  # a run's first sums would run in process while the workers start
+        self.start_workers(wait=True)
+        pool = ready_pool(self)
+        pooled.append(pool is not None)
+        return pool
+
+    monkeypatch.setattr(SecAggProtocol, "_ready_pool", wait_for_the_workers)
+    parallel = run_method("fedavg", sbm, "secagg", protocol_params={**SECAGG_DROP, "workers": 2})
+    assert pooled and all(pooled)
+    rounds = sorted({r for r, _ in serial.federation.participation})
+    assert rounds and rounds == sorted({r for r, _ in parallel.federation.participation})
+    for r in rounds:
+        a, b = revealed(serial, r), revealed(parallel, r)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert serial.federation.cost()["participation"] == parallel.federation.cost()["participation"]
+    for key in ("bytes_up", "bytes_down", "bytes_up_per_client", "messages"):
+        assert serial.federation.cost()[key] == parallel.federation.cost()[key], key
+    assert serial.tracker.summary()["test_acc"] == parallel.tracker.summary()["test_acc"]

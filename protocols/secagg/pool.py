@@ -1,0 +1,268 @@
+"""The `secagg` worker pool (``SecAggProtocol(workers=W)``, W > 1): W worker processes (``worker``) that act
+for disjoint sets of the clients, so that the clients run their rounds in parallel, as on their own
+devices; the server's side stays in the Protocol's process. Every sum's client u is run by worker
+u * W // K (contiguous blocks of clients); a fresh ClientGroup per sum holds their secrets there.
+
+The pool starts its processes when it is made (``SecAggProtocol`` makes it when it is made, so that
+they start while the run sets up; a sum that comes before they are ready runs in the Protocol's
+process), keeps them until ``close()``, and is stopped when it is garbage collected or at exit too (a
+``weakref.finalize``); a worker also exits when the parent's end of its socket closes, so a killed
+parent leaves no worker behind. A worker that dies in a sum, or a request interrupted before every
+reply came back, breaks the pool: the sum raises PartyFailure and the Protocol starts a fresh pool for
+its next sum (a worker that died between sums is replaced the same way, without an error; one that
+dies while starting raises PartyFailure).
+
+Why not a ``ProcessPoolExecutor`` (as ckks's ``workers``): a client's state must stay in one process for
+the four rounds (an executor picks any free process), and a multiprocessing child (spawn, forkserver)
+re-runs the parent's ``__main__`` module and imports ``protocols`` (torch): 2.4 to 5 s of CPU per worker
+here. These workers are plain ``subprocess`` interpreters that load the client modules only (``worker``).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import weakref
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from protocols.base import PartyFailure, ProtocolError
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+START_TIMEOUT_S = 120.0  # a worker's start-up (python, numpy, cryptography, mpyc) takes ~0.3 s idle
+REPLY_TIMEOUT_S = 600.0  # one round of one worker's clients
+
+
+def check_workers(workers) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ProtocolError(f"workers: expected an int >= 1 (processes that run the clients' rounds), got {workers!r}")
+    return workers
+
+
+def _shutdown(procs: list, conns: list, socks: list) -> None:
+    """Stop the workers: ask, close their sockets (a worker exits on EOF too), wait, kill the stragglers."""
+    for conn in conns:
+        try:
+            conn.send((0, "stop", None))
+        except (OSError, ValueError):
+            pass
+    for handle in (*conns, *socks):
+        try:
+            handle.close()
+        except OSError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    procs.clear(), conns.clear(), socks.clear()
+
+
+class WorkerPool:
+    """W worker processes and the shared buffer of the round-3 vectors (see the module's docstring)."""
+
+    def __init__(self, workers: int):
+        self.size = workers
+        self._procs: list[subprocess.Popen] = []
+        self._conns: list[Connection] = []
+        self._socks: list[socket.socket] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, self._socks)
+        self.broken = False
+        self.pids: list[int] = []
+        self.torch_loaded: list[bool] = []
+        self._seq = 0
+        self._buffer: mmap.mmap | None = None
+        self._capacity = 0
+        for _ in range(workers):
+            parent, child = socket.socketpair()
+            try:
+                proc = subprocess.Popen([sys.executable, WORKER, str(child.fileno())], pass_fds=(child.fileno(),),
+                                        stdin=subprocess.DEVNULL, close_fds=True)
+            finally:
+                child.close()
+            self._procs.append(proc)
+            self._socks.append(parent)
+            self._conns.append(Connection(os.dup(parent.fileno())))
+
+    # --- transport -------------------------------------------------------------------------------------
+    def _fail(self, w: int, what: str) -> PartyFailure:
+        self.broken = True
+        try:
+            code = self._procs[w].wait(timeout=1)  # a closed socket: the process is exiting
+        except subprocess.TimeoutExpired:
+            code = None
+        state = f"exited with code {code}" if code is not None else "is running"
+        return PartyFailure(f"secagg worker {w} (pid {self._procs[w].pid}) {what}; it {state}")
+
+    def _send(self, w: int, message) -> None:
+        try:
+            self._conns[w].send(message)
+        except (OSError, ValueError) as e:
+            raise self._fail(w, f"cannot be reached ({type(e).__name__})") from None
+
+    def _recv(self, w: int, timeout: float):
+        conn = self._conns[w]
+        try:
+            if not conn.poll(timeout):
+                raise self._fail(w, f"sent no reply within {timeout:g} s")
+            return conn.recv()
+        except (EOFError, OSError) as e:
+            raise self._fail(w, f"is gone ({type(e).__name__})") from None
+
+    def ready(self, wait: bool = True) -> bool:
+        """Whether every worker has started (sent its first message); ``wait``: block until they have
+        (PartyFailure if one exits or hangs first), else only look."""
+        while len(self.pids) < self.size:
+            w = len(self.pids)
+            if not wait and not self._conns[w].poll(0):
+                return False
+            _, status, (pid, torch_loaded) = self._recv(w, START_TIMEOUT_S)
+            if status != "ready":
+                raise self._fail(w, f"started badly ({status})")
+            self.pids.append(pid)
+            self.torch_loaded.append(torch_loaded)
+        return True
+
+    def send(self, requests: dict[int, tuple[str, object]]) -> int:
+        """Send worker w its request (op, payload) for each w of ``requests``; returns the sequence number
+        ``collect`` expects back."""
+        self.ready()
+        self._seq += 1
+        self.broken = True  # until every reply is back (an exception in between leaves replies unread)
+        for w, (op, payload) in requests.items():
+            self._send(w, (self._seq, op, payload))
+        return self._seq
+
+    def collect(self, seq: int, workers) -> dict[int, tuple[str, object]]:
+        """Every reply of request ``seq`` from ``workers``: w -> (status, payload)."""
+        replies = {}
+        for w in workers:
+            got, status, payload = self._recv(w, REPLY_TIMEOUT_S)
+            if got != seq:
+                raise self._fail(w, f"answered request {got} to request {seq}")
+            replies[w] = (status, payload)
+        self.broken = False
+        return replies
+
+    def run(self, op: str, payloads: dict[int, object]) -> dict:
+        """One round: worker w runs ``payloads[w]``; returns the merged client -> (message, seconds).
+        A client's refusal raises ProtocolError with its message (the lowest client index when several
+        refused, which is the client that would have raised first in one process); a worker's failure
+        raises PartyFailure."""
+        seq = self.send({w: (op, payload) for w, payload in payloads.items()})
+        return self.merge(self.collect(seq, payloads))
+
+    def merge(self, replies: dict[int, tuple[str, object]]) -> dict:
+        out, refused = {}, []
+        for w, (status, payload) in sorted(replies.items()):
+            if status == "error":
+                last = payload.strip().splitlines()[-1] if payload.strip() else "?"
+                e = PartyFailure(f"secagg worker {w} (pid {self._procs[w].pid}) failed: {last}")
+                e.add_note(payload)
+                raise e
+            if status == "refused":
+                refused.append(payload)
+            else:
+                out.update(payload)
+        if refused:
+            _, message = min(refused, key=lambda r: (r[0] is None, r[0] if r[0] is not None else 0))
+            raise ProtocolError(message)
+        return out
+
+    # --- the shared buffer -----------------------------------------------------------------------------
+    def buffer(self, nbytes: int) -> mmap.mmap:
+        """A shared buffer of at least ``nbytes`` that every worker maps (grown, never shrunk)."""
+        if self._capacity < nbytes:
+            self.ready()
+            size = max(nbytes, self._capacity * 3 // 2)
+            if hasattr(os, "memfd_create"):
+                fd = os.memfd_create("privfgl-secagg", os.MFD_CLOEXEC)
+            else:  # an unlinked temporary file
+                fd = os.dup(tempfile.TemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None).fileno())
+            try:
+                os.ftruncate(fd, size)
+                buffer = mmap.mmap(fd, size)
+                seq = self.send({w: ("buffer", size) for w in range(self.size)})
+                for sock in self._socks:
+                    socket.send_fds(sock, [b"\0"], [fd])
+                self.merge(self.collect(seq, range(self.size)))
+            finally:
+                os.close(fd)
+            self._buffer, self._capacity = buffer, size
+        return self._buffer
+
+    def close(self) -> None:
+        self._buffer = None
+        self._finalizer()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._procs) and all(proc.poll() is None for proc in self._procs)
+
+    @property
+    def started(self) -> bool:
+        """Every worker reported ready at some point (a pool that never did fails loudly in ``ready``)."""
+        return len(self.pids) == self.size
+
+
+class PoolClients:
+    """One sum's clients, run by a WorkerPool (the in-process ``ClientGroup``'s interface: every round
+    method returns client -> (message, seconds); round 3's message is the client's masked vector, a
+    view of the shared buffer that stays valid until the pool's next sum).
+
+    members: (index, neighbours, holders, threshold) of the K clients; grid: the sum's Grid;
+    values: the K flat inputs (float64, or int64 for integer grids; torch tensors); copied into the
+    shared buffer (those of ``senders``: the clients that will mask) while the workers run round 2.
+    """
+
+    def __init__(self, pool: WorkerPool, members: list, grid, values, senders):
+        self.pool = pool
+        K, n = len(members), int(values[0].numel())
+        self.owner = [u * pool.size // K for u in range(K)]
+        self.members = members
+        self.grid = grid
+        self.values, self.senders = values, senders
+        in_dtype = np.dtype(np.int64 if grid.integer else np.float64)
+        out_dtype = np.dtype(grid.dtype)
+        out_offset = K * n * in_dtype.itemsize
+        buffer = pool.buffer(out_offset + K * n * out_dtype.itemsize)
+        self.inputs = np.ndarray((K, n), in_dtype, buffer=buffer, offset=0)
+        self.outputs = np.ndarray((K, n), out_dtype, buffer=buffer, offset=out_offset)
+        self.layout = ((K, n), in_dtype.str, out_dtype.str, out_offset)
+
+    def _split(self, requests) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        for u, request in requests.items():
+            out.setdefault(self.owner[u], {})[u] = request
+        return out
+
+    def advertise(self, live) -> dict:
+        payloads: dict[int, tuple] = {}
+        live = list(live)
+        for w in sorted({self.owner[u] for u in live}):
+            mine = [m for m in self.members if self.owner[m[0]] == w]
+            payloads[w] = (mine, self.grid, self.layout, [u for u in live if self.owner[u] == w])
+        return self.pool.run("advertise", payloads)
+
+    def share(self, requests) -> dict:
+        payloads = self._split(requests)
+        seq = self.pool.send({w: ("share", p) for w, p in payloads.items()})
+        for u in self.senders:  # while the workers share their seeds (round 2 takes longer than round 1)
+            np.copyto(self.inputs[u], self.values[u].numpy())
+        return self.pool.merge(self.pool.collect(seq, payloads))
+
+    def mask(self, inboxes) -> dict:
+        done = self.pool.run("mask", self._split(inboxes))
+        return {u: (self.outputs[u], seconds) for u, (_, seconds) in done.items()}
+
+    def unmask(self, requests) -> dict:
+        return self.pool.run("unmask", self._split(requests))
+
+
+__all__ = ["PoolClients", "WorkerPool", "check_workers"]
