@@ -164,12 +164,12 @@ def main() -> None:
                      f"| — | — | {statistics.median(cpus[args.peer_name]):.2f} |")
         ratio = statistics.median(walls["privfgl"]) / statistics.median(walls[args.peer_name])
         lines.append("")
-        lines.append(f"privfgl / {args.peer_name}, whole process (ratio of medians): **{ratio:.2f}×**")
+        lines.append(f"privfgl / {args.peer_name}, whole process (ratio of medians): **{ratio:.3f}×**")
     table = "\n".join(lines)
     help_s, job_s = statistics.median(walls["`privfgl --help`"]), statistics.median(walls["privfgl"])
     floor_s = statistics.median(walls[GC_FLOOR])
     if args.peer:
-        bar = (f"the job as a whole process ≤ 0.25× the peer's in the same benchmark: {ratio:.2f}× "
+        bar = (f"the job as a whole process ≤ 0.25× the peer's in the same benchmark: {ratio:.3f}× "
                f"({'met' if ratio <= 0.25 else 'not met'}; {job_s:.2f} s")
     else:
         bar = (f"the job as a whole process ≤ 5 s (the bar without a peer): {job_s:.2f} s "
