@@ -12,6 +12,8 @@ bytes per value of the model.
     python experiments/secure_fedavg.py --sbm-nodes 100000 --clients 1000 --rounds 3 \
         --protocols plain "secagg graph=kregular"             # the SecAgg+ graph at scale
     python experiments/secure_fedavg.py --protocols plain secagg "secagg workers=2" plain   # issue #18
+    python experiments/secure_fedavg.py --protocols plain secagg "secagg workers=2 offline=true" plain
+                                                              # #18: the workers prepare the next sum
 
 --sbm-nodes N replaces Cora (Louvain) by the synthetic graph of experiments/bench_scale.py: a
 contextual SBM of N nodes (10 classes, 128 features, homophily 0.8, average degree 5, seed 0),

@@ -72,6 +72,15 @@ class Client:
     def masked_input(self, sealed: dict[int, bytes], q: np.ndarray) -> np.ndarray:
         """sealed: owner -> its encrypted shares for this client (forwarded by the server). q: the encoded
         input; it becomes the masked vector y (the masks are added to it in place) and is returned."""
+        return crypto.add_prgs(q, self._open_shares(sealed))  # y: q with the masks added in place
+
+    def mask_vector(self, sealed: dict[int, bytes], n: int, dtype) -> np.ndarray:
+        """The offline phase (``offline=True``): round 3 without the input, i.e. PRG(b) + sum of +-PRG(s_uv)
+        as a fresh ring vector of n values; ``masked_input`` of any q is q + this vector (mod 2^b)."""
+        return crypto.add_prgs(np.zeros(n, dtype), self._open_shares(sealed))
+
+    def _open_shares(self, sealed: dict[int, bytes]) -> list[tuple[bytes, bool]]:
+        """Open the round-2 shares addressed to this client; returns its masks' (PRG key, subtract) list."""
         n = shamir.SHARE_BYTES
         for u, blob in sealed.items():
             try:
@@ -86,7 +95,7 @@ class Client:
         self.masked_with = set(sealed)  # the neighbours that shared in round 2
         masks = [(crypto.self_mask_key(self.b_seed), False)]
         masks += [(self.pair_mask_key(v), self.index > v) for v in sorted(self.masked_with)]  # + when u < v
-        return crypto.add_prgs(q, masks)  # y: q with the masks added in place
+        return masks
 
     def _share_key(self, v: int) -> bytes:
         if v not in self._share_keys:
@@ -154,6 +163,26 @@ class ClientGroup:
         and masks it there with the shares in its inbox: u -> (outputs[u], now its masked vector y)."""
         return self._run(inboxes, lambda c, inbox: c.masked_input(inbox, grid.encode(c.index, inputs[c.index],
                                                                                      outputs[c.index])))
+
+    def premask(self, inboxes: dict[int, dict[int, bytes]], n: int, dtype) -> dict:
+        """The offline phase: round 3 without the inputs. Each client opens its inbox and keeps its mask
+        vector (``Client.mask_vector``) for ``mask_prepared``: u -> (None, seconds)."""
+        self.masks = {}
+
+        def step(c, inbox):
+            self.masks[c.index] = c.mask_vector(inbox, n, dtype)
+
+        return self._run(inboxes, step)
+
+    def mask_prepared(self, live, grid, inputs, outputs) -> dict:
+        """Round 3 after ``premask``: client u encodes ``inputs[u]`` into ``outputs[u]`` and adds its prepared
+        mask vector there (the same y as ``mask``: addition in Z_{2^b}); each mask is used once."""
+        def step(c, _):
+            y = grid.encode(c.index, inputs[c.index], outputs[c.index])
+            y += self.masks.pop(c.index)  # wraps mod 2^b
+            return y
+
+        return self._run(dict.fromkeys(live), step)
 
     def unmask(self, requests: dict[int, tuple[list[int], list[int], int]]) -> dict:
         """Round 4: client -> (survivors, dropped, survivor count) asked -> its shares answer."""

@@ -25,6 +25,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import weakref
 from multiprocessing.connection import Connection
 
@@ -264,5 +266,96 @@ class PoolClients:
     def unmask(self, requests) -> dict:
         return self.pool.run("unmask", self._split(requests))
 
+    def mask_prepared(self, live, workers) -> dict:
+        """Round 3 of a sum whose rounds 1-2 a ``Preparation`` ran: the clients in ``live`` add their input to
+        their prepared mask. Every worker of the preparation (``workers``) is told, so that its prepared
+        session becomes the sum's group (for round 4) even when none of its clients is live."""
+        live = list(live)
+        for u in live:
+            np.copyto(self.inputs[u], self.values[u].numpy())
+        done = self.pool.run("mask_prepared", {w: (self.grid, self.layout, [u for u in live if self.owner[u] == w])
+                                               for w in workers})
+        return {u: (self.outputs[u], seconds) for u, (_, seconds) in done.items()}
 
-__all__ = ["PoolClients", "WorkerPool", "check_workers"]
+
+class Preparation:
+    """The offline phase (``SecAggProtocol(offline=True)``, ``workers`` > 1): rounds 1-2 and the inputs-free
+    part of round 3 (each client's mask vector PRG(b_u) + sum of +-PRG(s_uv)) of the NEXT sum, run by the
+    workers in the background, driven by a thread of this process, while the caller trains. Nothing here
+    depends on the inputs: only on ``key`` (K, n, the ring dtype, the members: graph, holders, threshold),
+    and it assumes that no client drops at rounds 1-2 and that no fault is injected there (the Protocol
+    uses it only for a sum where that holds, else discards it). The routing between the clients goes
+    through a throwaway ``Server``; the sum that uses the preparation routes the same messages again
+    through its own Server, which books them as Transfers (the same messages as without preparation).
+
+    Its thread uses the pool alone until ``wait`` returns: the Protocol waits before any other use of the
+    pool. ``cancel`` stops it after the request in flight (each is a few ms)."""
+
+    def __init__(self, pool: WorkerPool, key, members: list, n: int, dtype):
+        from protocols.secagg.server import Server  # noqa: PLC0415 (not in the workers' import path)
+
+        self.pool, self.key = pool, key
+        K = len(members)
+        self.owner = [u * pool.size // K for u in range(K)]
+        self.workers = sorted(set(self.owner))
+        self.keys = self.sent = self.masked = None
+        self.error: BaseException | None = None
+        self.wall_s = 0.0
+        self._server = Server(K, [m[1] for m in members], [m[2] for m in members], members[0][3])
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(members, n, np.dtype(dtype).str),
+                                        name="secagg-offline", daemon=True)
+        self._thread.start()
+
+    def _split(self, requests: dict) -> dict[int, dict]:
+        out: dict[int, dict] = {w: {} for w in self.workers}
+        for u, request in requests.items():
+            out[self.owner[u]][u] = request
+        return out
+
+    def _step(self, op: str, payloads: dict[int, object]) -> dict:
+        """One step, one worker after the other: the preparation keeps one core busy beside the caller's
+        process (which trains meanwhile), rather than every core (the sum itself runs them in parallel)."""
+        out: dict = {}
+        for w in sorted(payloads):
+            out.update(self.pool.run(op, {w: payloads[w]}))
+        return out
+
+    def _run(self, members, n, dtype) -> None:
+        t0 = time.perf_counter()
+        try:
+            mine = self._split({m[0]: m for m in members})
+            self.keys = self._step("prep_advertise", {w: (list(ms.values()), list(ms)) for w, ms in mine.items()})
+            if self._cancel.is_set():
+                return
+            routed = self._server.route_keys({u: m for u, (m, _) in self.keys.items()})
+            self.sent = self._step("prep_share", self._split({u: (routed[u], None) for u in self.keys}))
+            if self._cancel.is_set():
+                return
+            inbox = self._server.route_shares({u: m for u, (m, _) in self.sent.items()})
+            self.masked = self._step("prep_mask", {w: (inboxes, n, dtype) for w, inboxes in
+                                                      self._split({u: inbox[u] for u in self.sent}).items()})
+        except BaseException as e:  # noqa: BLE001 (the sum that would use it falls back; a broken pool is replaced)
+            self.error = e
+        finally:
+            self.wall_s = time.perf_counter() - t0
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the thread; True when the preparation is complete and usable."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive() and self.error is None and self.masked is not None
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def client_s(self) -> float:
+        """The clients' seconds of the preparation (all three steps, summed over the clients)."""
+        return sum(dt for step in (self.keys, self.sent, self.masked) if step for _, dt in step.values())
+
+
+__all__ = ["PoolClients", "Preparation", "WorkerPool", "check_workers"]

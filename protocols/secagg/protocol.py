@@ -27,7 +27,7 @@ import torch
 from protocols.base import SERVER, AggregationResult, Protocol, ProtocolError, Transfer, array_bytes, client
 from protocols.secagg import graph as graphs
 from protocols.secagg.client import ClientGroup
-from protocols.secagg.pool import PoolClients, WorkerPool, check_workers
+from protocols.secagg.pool import PoolClients, Preparation, WorkerPool, check_workers
 from protocols.secagg.quantize import BITS, MAX_FRAC_BITS, make_grid
 from protocols.secagg.server import Server
 
@@ -104,6 +104,18 @@ class SecAggProtocol(Protocol):
                  that comes while the workers are still starting (~0.3 s) runs in this process, as with
                  workers=1 (``details["workers"]`` says which). ``phases`` and ``round_s`` add up the
                  clients' own seconds, measured in the workers.
+    offline:     with workers > 1 (default False: no effect, today's rounds): after each sum the workers
+                 prepare the NEXT sum of the same shape in the background (``pool.Preparation``: fresh key
+                 pairs, rounds 1-2 and each client's mask vector, none of which needs the inputs), while the
+                 caller goes on (trains). A sum that finds a complete preparation of its shape (K, n, ring,
+                 graph, holders, threshold) and has no dropout or fault injection at rounds 1-2 routes the
+                 prepared round-1/2 messages through its Server (the same Transfers as without it), then only
+                 adds each client's encoded input to its prepared mask, and runs the server's part of round 3
+                 and round 4; any other sum falls back to the four rounds and discards the preparation. Keys
+                 stay fresh per sum: a preparation serves one sum at most. ``details["offline"]``: "prepared",
+                 "fallback" (None when offline is off); ``details["offline_s"]``: the clients' seconds it took
+                 (its rounds 1-2 seconds are also in ``round_s``). No preparation is made while ``dropout``
+                 names rounds 1-2 or ``faults`` has bad_share / tamper_share (every sum would fall back).
     The sum is opened to the server (it unmasks it); reveal_to="clients" is refused.
     """
 
@@ -112,8 +124,13 @@ class SecAggProtocol(Protocol):
     def __init__(self, bits: int = 32, clip_range: float = 4096.0, frac_bits: int | str = "auto",
                  threshold: int | None = None, graph: str = "complete", degree: int | None = None,
                  graph_seed: int = 0, dropout: dict | None = None, dropout_rate: float = 0.0,
-                 dropout_seed: int | None = None, faults: dict | None = None, workers: int = 1):
+                 dropout_seed: int | None = None, faults: dict | None = None, workers: int = 1,
+                 offline: bool = False):
         self.workers = check_workers(workers)
+        if not isinstance(offline, bool):
+            raise ProtocolError(f"offline: expected True or False, got {offline!r}")
+        self.offline = offline
+        self._prep: Preparation | None = None  # the next sum's, being prepared (offline=True)
         if bits not in BITS:
             raise ProtocolError(f"bits: expected one of {', '.join(map(str, BITS))}, got {bits!r}")
         if isinstance(clip_range, bool) or not isinstance(clip_range, (int, float)) or not 0 < clip_range < 2.0**62:
@@ -174,6 +191,7 @@ class SecAggProtocol(Protocol):
         if reveal_to != "server":
             raise ProtocolError("reveal_to: secagg opens the sum to the server (it removes the masks); "
                                 "valid: 'server'")
+        prep = self._take_prep()  # before anything uses the pool (its thread has it until then)
         K, n = len(values), int(values[0].numel())
         grid = make_grid(self.bits, self.clip_range, self.frac_bits, K, integer)
         nbrs, holders, t = self.setup(K)
@@ -182,6 +200,10 @@ class SecAggProtocol(Protocol):
         late = set(faults.get("late", ()))
         members = [(u, nbrs[u], holders[u], t) for u in range(K)]
         pool = self._ready_pool()
+        shape = (K, n, np.dtype(grid.dtype).str, tuple(members))
+        prepared = (prep is not None and pool is not None and prep.pool is pool and prep.key == shape
+                    and not any(r <= 2 for r in drops.values()) and not faults.get("bad_share")
+                    and "tamper_share" not in faults)
         if pool is None:
             group = ClientGroup(members)
             parties = _LocalClients(group, grid, values, self._scratch(K + 1, n, grid.dtype))
@@ -211,8 +233,8 @@ class SecAggProtocol(Protocol):
                 seconds[r]["client_max"] = max(seconds[r]["client_max"], dt)
             return {u: message for u, (message, _) in done.items()}
 
-        # Round 1: advertise keys.
-        keys = clients_did(1, parties.advertise(live(1, range(K))))
+        # Round 1: advertise keys (prepared: the messages of the preparation, routed and booked as today).
+        keys = clients_did(1, prep.keys if prepared else parties.advertise(live(1, range(K))))
         for u in sorted(keys):
             transfers.append(Transfer(client(u), SERVER, "setup", "public_key", len(keys[u]), (keys[u],)))
         timed(1, server.check_round, 1, set(keys))
@@ -223,8 +245,9 @@ class SecAggProtocol(Protocol):
 
         # Round 2: share keys.
         bad = faults.get("bad_share")
-        sent = clients_did(2, parties.share({u: (routed[u], {bad[1]: "bad_share"} if bad and bad[0] == u else None)
-                                             for u in live(2, keys)}))
+        sent = clients_did(2, prep.sent if prepared else
+                           parties.share({u: (routed[u], {bad[1]: "bad_share"} if bad and bad[0] == u else None)
+                                          for u in live(2, keys)}))
         for u in sorted(sent):
             blobs = (sent[u][0],) + tuple(sent[u][1][v] for v in sorted(sent[u][1]))
             transfers.append(Transfer(client(u), SERVER, "share", "ciphertext", sum(map(len, blobs)), blobs))
@@ -237,7 +260,10 @@ class SecAggProtocol(Protocol):
                 transfers.append(Transfer(SERVER, client(v), "share", "ciphertext", sum(map(len, blobs)), blobs))
 
         # Round 3: masked input.
-        ys = clients_did(3, parties.mask({u: inbox[u] for u in live(3, sent)}))
+        if prepared:  # inbox is what the preparation routed (the same keys and shares): the masks match it
+            ys = clients_did(3, parties.mask_prepared(live(3, sent), prep.workers))
+        else:
+            ys = clients_did(3, parties.mask({u: inbox[u] for u in live(3, sent)}))
         masked = {}
         for u in sorted(ys):
             wire = array_bytes(ys[u])
@@ -268,6 +294,9 @@ class SecAggProtocol(Protocol):
         self.last_run = None if group is None else {"clients": [group.clients[u] for u in range(K)], "server": server,
                                                     "grid": grid, "survivors": survivors}
         round_names = {1: "advertise_keys", 2: "share_keys", 3: "masked_input", 4: "unmasking"}
+        if self.offline and pool is not None and not (self.dropout.keys() & {1, 2}) \
+                and not (self.faults.keys() & {"bad_share", "tamper_share"}):
+            self._prep = Preparation(pool, shape, members, n, grid.dtype)  # the next sum's, from now on
         return AggregationResult(
             total=revealed,
             transfers=transfers,
@@ -282,6 +311,8 @@ class SecAggProtocol(Protocol):
                      "late": sorted(late), "threshold": t, "graph": self.graph,
                      "degree": len(nbrs[0]) if K > 1 else 0, "bits": grid.bits, "frac_bits": grid.frac_bits,
                      "clip_range": grid.limit, "workers": 1 if pool is None else pool.size,
+                     "offline": ("prepared" if prepared else "fallback") if self.offline else None,
+                     "offline_s": prep.client_s if prepared else 0.0,
                      "round_s": {round_names[r]: dict(seconds[r]) for r in ROUNDS},
                      # A deployment runs the clients in parallel: per round the slowest client, then the server.
                      "critical_path_s": sum(seconds[r]["client_max"] + seconds[r]["server"] for r in ROUNDS)},
@@ -291,6 +322,7 @@ class SecAggProtocol(Protocol):
         """Start the worker processes (``workers`` > 1) if they are not running; ``wait``: until they are
         ready, so that the next sum runs in them (a sum that finds them starting runs in this process)."""
         if self.workers > 1:
+            self._wait_prep()
             if self._pool is not None and (self._pool.broken or (self._pool.started and not self._pool.alive)):
                 self._pool.close()  # a worker died or a sum was interrupted: start afresh
                 self._pool = None
@@ -316,8 +348,23 @@ class SecAggProtocol(Protocol):
             self._buffer = np.empty(nbytes, dtype=np.uint8)
         return self._buffer[:nbytes].view(dtype).reshape(rows, n)
 
+    def _wait_prep(self) -> None:
+        """Wait for the preparation's thread (it has the pool until it ends); it stays there to be taken."""
+        if self._prep is not None:
+            self._prep.wait()
+
+    def _take_prep(self) -> Preparation | None:
+        """The preparation for this sum, if one is complete (it is handed out once: a session serves one sum)."""
+        prep, self._prep = self._prep, None
+        return prep if prep is not None and prep.wait() else None
+
     def close(self) -> None:
-        """Stop the worker processes, if any (a later sum starts them again), and free the reused buffer."""
+        """Stop the worker processes, if any (a later sum starts them again), and free the reused buffer.
+        A preparation in progress is cancelled after its request in flight, then dropped."""
+        if self._prep is not None:
+            self._prep.cancel()
+            self._prep.wait(timeout=30)
+            self._prep = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -21,7 +21,11 @@ client encodes and masks it into its row of the buffer's ring part, where the se
 Messages (pickled): parent -> worker (seq, op, payload), worker -> parent (seq, status, payload) with
 status "ok" | "refused" ((client, message)) | "error" (a traceback: a bug, not a protocol outcome).
 ops: "buffer" (size; the fd follows), "advertise" (the sum's members, grid, buffer layout and the
-live clients: a fresh ClientGroup per sum), "share", "mask", "unmask", "stop". The worker exits on
+live clients: a fresh ClientGroup per sum), "share", "mask", "unmask", "stop"; and the offline phase
+(``offline=True``): "prep_advertise", "prep_share", "prep_mask" run rounds 1-2 and the inputs-free part
+of round 3 of the NEXT sum on a separate ClientGroup (the prepared session), "mask_prepared" makes it the
+sum's group and adds each client's input to its prepared mask; "advertise" (a sum that does not use the
+preparation) discards it, so a prepared session is used for one sum at most. The worker exits on
 "stop" or when the parent's end closes (the parent's exit, even a killed one); it ignores SIGINT
 (the parent handles Ctrl-C and stops it).
 """
@@ -72,6 +76,7 @@ def serve(fd: int) -> None:
     conn = Connection(fd)
     conn.send((0, "ready", (os.getpid(), "torch" in sys.modules)))
     buffer, group, grid, inputs, outputs = None, None, None, None, None
+    prep = None  # the prepared session (offline phase): a ClientGroup after rounds 1-2 and its masks
     while True:
         try:
             seq, op, payload = conn.recv()
@@ -88,10 +93,26 @@ def serve(fd: int) -> None:
                 reply = {}
             elif op == "advertise":
                 members, grid, (shape, in_dtype, out_dtype, out_offset), live = payload
-                group = ClientGroup(members)
+                group, prep = ClientGroup(members), None
                 inputs = np.ndarray(shape, in_dtype, buffer=buffer, offset=0) if buffer is not None else None
                 outputs = np.ndarray(shape, out_dtype, buffer=buffer, offset=out_offset) if buffer is not None else None
                 reply = group.advertise(live)
+            elif op == "prep_advertise":
+                members, live = payload
+                prep = ClientGroup(members)
+                reply = prep.advertise(live)
+            elif op == "prep_share":
+                reply = prep.share(payload)
+            elif op == "prep_mask":
+                inboxes, n, dtype = payload
+                reply = prep.premask(inboxes, n, np.dtype(dtype))
+            elif op == "mask_prepared":
+                grid, (shape, in_dtype, out_dtype, out_offset), live = payload
+                group, prep = prep, None
+                inputs = np.ndarray(shape, in_dtype, buffer=buffer, offset=0)
+                outputs = np.ndarray(shape, out_dtype, buffer=buffer, offset=out_offset)
+                reply = {u: (None, seconds) for u, (_, seconds) in group.mask_prepared(live, grid, inputs,
+                                                                                       outputs).items()}
             elif op == "share":
                 reply = group.share(payload)
             elif op == "mask":
@@ -102,7 +123,8 @@ def serve(fd: int) -> None:
                 raise ValueError(f"unknown request {op!r}")
             conn.send((seq, "ok", reply))
         except ProtocolError as e:
-            conn.send((seq, "refused", (group.current if group is not None else None, str(e))))
+            who = prep if op.startswith("prep_") else group
+            conn.send((seq, "refused", (who.current if who is not None else None, str(e))))
         except Exception:  # noqa: BLE001 (a bug: the parent raises it as a PartyFailure with this traceback)
             conn.send((seq, "error", traceback.format_exc()))
 
