@@ -14,6 +14,7 @@ import torch
 
 from protocols import ProtocolError, get_protocol
 from protocols.secagg.protocol import _check_dropout, _check_faults
+from tests.processes import alive as _alive
 
 
 def signature(result) -> list[tuple]:
@@ -34,14 +35,6 @@ def inputs(K: int, n: int, integer: bool, seed: int) -> list[torch.Tensor]:
     if integer:
         return [torch.from_numpy(rng.integers(-1000, 1000, n)) for _ in range(K)]
     return [torch.from_numpy(rng.normal(0, 2.0, n)) for _ in range(K)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture(scope="module")

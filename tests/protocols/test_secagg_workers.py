@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols import PartyFailure, ProtocolError, get_protocol
+from tests.processes import alive as _alive
 
 
 def signature(result) -> list[tuple]:
@@ -224,14 +225,6 @@ def test_workers_exit_with_their_parent_when_it_is_killed(tmp_path):
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in pids)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_worker_that_cannot_start_raises_party_failure(tmp_path, monkeypatch):
