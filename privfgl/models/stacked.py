@@ -39,6 +39,7 @@ class BlockGraph:
         self.client_of = torch.repeat_interleave(torch.arange(self.num_clients), sizes).to(self.device)
         self.n_max = int(sizes.max())
         self.sizes = sizes.tolist()
+        self.balanced = all(n == self.n_max for n in self.sizes)  # pad/unpad are then the identity
         self.x = torch.cat(xs).float().to(self.device)
         self.edge_index = torch.cat([ei + int(o) for ei, o in zip(edge_indices, self.ptr[:-1])], dim=1).to(self.device)
         self._cache: dict = {}
@@ -103,7 +104,7 @@ class BlockGraph:
     def pad(self, rows: torch.Tensor) -> torch.Tensor:
         """Rows [N, d] -> [K * n_max, d]: client k's rows at k * n_max, then zeros up to n_max.
         Contiguous block copies (one pass; an index_copy into zeros took two, row by row)."""
-        if all(n == self.n_max for n in self.sizes):
+        if self.balanced:
             return rows
         pieces = []
         for block, n in zip(self.split(rows), self.sizes):
@@ -115,7 +116,7 @@ class BlockGraph:
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
         """The inverse of `pad`: [K * n_max, d] -> [N, d]. Split before slicing, so that the backward
         pass pads each client's block, not the whole tensor once per client."""
-        if all(n == self.n_max for n in self.sizes):
+        if self.balanced:
             return padded
         return torch.cat([block[:n] for block, n in zip(padded.split(self.n_max), self.sizes)])
 
