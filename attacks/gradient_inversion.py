@@ -27,6 +27,10 @@ architecture are known (public protocol settings). Variants:
   soft labels fitted so the simulated update matches the observed one (cosine). Dropout masks are
   marginalised (`masks=0`: expectation; `masks=S`: S sampled masks averaged). Round 0 only under
   Adam (privfgl's clients keep Adam's moments across rounds); graph known (aux) only.
+- `support` (attacks/support_dictionary.py): the default training too, graph-free and analytic: the
+  first layer's exact zeros (units a word's column did not move off the weight-decay-only path) are
+  the union of its holders' active-unit supports; groups of words with one moved set are nodes, and
+  every word is scored for a node by support conflicts and movement distance. Unordered.
 
 Labels (iDLG/EC-LDA for a batch): the last bias's gradient is mean_i(p_i − y_i), so the count of
 class c is n·(p̄_c − g_c), with p̄ the model's mean prediction on prior-valued features.
@@ -46,10 +50,11 @@ from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_updat
 from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
                              permuted_words_baseline, unordered_scores)
 from attacks.multistep_inversion import check_replayable, fit_inputs
+from attacks.support_dictionary import check_applicable, support_dictionary
 from attacks.updates import ObservedUpdate, aggregate_update, client_update
 from attacks.view import AdversaryView
 
-VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep")
+VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep", "support")
 GRAPH_KNOWLEDGE = ("known", "unknown")
 NOISE_HANDLING = ("auto", "ignore")  # dictionary variant on DP-noised uploads
 NOISE_FACTOR = 1.2  # rows and residuals under NOISE_FACTOR·ν are noise (≈ 2 std of a noise row's norm at h = 64)
@@ -323,13 +328,13 @@ class GradientInversion(Attack):
     def targets(self, view: AdversaryView, knowledge: Knowledge, num_clients: int) -> list[str]:
         clients = self.clients if self.clients is not None else range(num_clients)
         out = [f"client{k}" for k in clients]
-        if self.variant == "dictionary":  # graph-free: also the revealed aggregate, scored per client
+        if self.variant in ("dictionary", "support"):  # graph-free: also the revealed aggregate, scored per client
             out += [f"aggregate:client{k}" for k in clients]
         return out
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> InversionAux:
         graph = None
-        if self.graph == "known" and not target.startswith("aggregate") and self.variant != "dictionary":
+        if self.graph == "known" and not target.startswith("aggregate") and self.variant not in ("dictionary", "support"):
             c = setup.clients[client_index(target)]
             graph = LocalGraph(c.edge_index.clone(), int(c.num_nodes), c.train_mask.nonzero().view(-1).clone())
         labels = None
@@ -343,6 +348,8 @@ class GradientInversion(Attack):
         k = aux.knowledge
         if aux.variant == "multistep":
             return self._multistep(view, aux)
+        if aux.variant == "support":
+            return self._support(view, aux)
         if k.model != "gcn" or k.optimizer != "sgd" or k.dropout != 0:
             raise NoInput(f"needs a GCN trained with --optimizer sgd and --dropout 0 (got {k.model}, "
                           f"{k.optimizer}, dropout {k.dropout}): with Adam's first step only gradient signs leak "
@@ -395,6 +402,21 @@ class GradientInversion(Attack):
         n = int(aux.graph.train_idx.numel())
         return Reconstruction(features[aux.graph.train_idx], probs.argmax(dim=1), True,
                               _round_counts(probs.sum(0), n))
+
+    def _support(self, view: AdversaryView, aux: InversionAux) -> Reconstruction:
+        """The `support` variant on one client's update or on the revealed aggregate (computed once)."""
+        check_applicable(aux.knowledge, aux.round)
+        aggregate = aux.target.startswith("aggregate")
+        if aggregate and self._aggregate is not None and self._aggregate[0] is view and self._aggregate[1] == aux.round:
+            return self._aggregate[2]
+        update = aggregate_update(view, aux.round) if aggregate else client_update(view, client_index(aux.target), aux.round)
+        if update is None:
+            raise NoInput(f"no plaintext update of {aux.target} in round {aux.round} in the {view.party}'s view")
+        features, labels = support_dictionary(update.before, update.delta(), aux.knowledge)
+        rec = Reconstruction(features, labels, False, None)
+        if aggregate:
+            self._aggregate = (view, aux.round, rec)
+        return rec
 
     def truth(self, setup, target: str) -> InversionTruth:
         c = setup.clients[client_index(target)]
