@@ -142,7 +142,7 @@ def plain_run(cora):
 
 def test_the_membership_audit_sweep_keeps_every_bound_below_the_accountants_epsilon(tmp_path, planetoid_root):
     """experiments/membership_audit.toml, small (3 clients, 2 rounds of 1 local epoch, 10 canaries per
-    client, seed 0) and three of its cells: in every row, both attacks' 95 % bounds (split half and
+    client, seed 0) and four of its cells (each method once): in every row, both attacks' 95 % bounds (split half and
     Bonferroni) stay at or below the run's accountant ε, which the calibrated σ keeps at its target."""
     from privfgl.sweep import load_sweep, report, run_sweep
     from privfgl.sweep.runner import record_path
@@ -150,9 +150,10 @@ def test_the_membership_audit_sweep_keeps_every_bound_below_the_accountants_epsi
                        results=tmp_path / "results", seeds=[0],
                        overrides={"clients": 3, "rounds": 2, "local_epochs": 1, "canaries": 10,
                                   "data_root": str(planetoid_root), "download": False})
-    labels = ("DP-FedAvg, ε = ∞", "DP-FedAvg, target_epsilon=8.0", "DP-SGD, target_epsilon=2.0")
+    labels = ("DP-FedAvg, ε = ∞", "DP-FedAvg, target_epsilon=8.0", "FedAvg, message DP, target_epsilon=2.0",
+              "DP-SGD, target_epsilon=2.0")
     sweep = dataclasses.replace(sweep, cells=tuple(c for c in sweep.cells if c.label in labels), doc=None)
-    assert len(sweep.cells) == 3 and run_sweep(sweep, progress=False) == []
+    assert len(sweep.cells) == 4 and run_sweep(sweep, progress=False) == []
     for cell, seed in sweep.tasks:
         record = json.loads(record_path(sweep.results, cell, seed).read_text())
         eps, target = record["privacy"]["epsilon"], cell.options.get("target_epsilon")
