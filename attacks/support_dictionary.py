@@ -30,9 +30,11 @@ is read exactly off the upload (up to float32), and:
 
 Graph-free and unordered (one row per atom, scored after matching the rows to the client's nodes,
 attacks.metrics.unordered_scores). Applies where the decay-only path is known and the zeros are
-exact: FedAvg's n-weighted models, Adam from a fresh state (round 0; privfgl keeps each client's
-Adam across rounds) or SGD (any round), no DP noise on the upload. On the revealed aggregate the
-moved sets are unions over every client's holders (scored per client).
+exact: FedAvg's n-weighted models and DP-FedAvg's clipped deltas (one unknown scale, read off the
+columns that followed the decay-only path: `unclip_delta`; so central DP, which noises only the
+sum, leaves every client's upload open to this attack), Adam from a fresh state (round 0; privfgl
+keeps each client's Adam across rounds) or SGD (any round), no DP noise on the upload. On the
+revealed aggregate the moved sets are unions over every client's holders (scored per client).
 """
 from __future__ import annotations
 
@@ -49,12 +51,17 @@ VALUE_WEIGHT = 3.0   # μ; chosen on Cora K = 20 clients 0-7 (seed 0), checked o
 VALUE_SCALE = 6.0    # the off-decay movement of one unit spans at most 2·local_epochs (3 steps) lr
 
 
+METHODS = ("fedavg", "dp-fedavg")  # local training = privfgl.training's, no term that moves every column
+SCALE_TOL = 1e-6     # relative: columns on the decay-only path agree on one clip scale to float rounding
+
+
 def check_applicable(k: Knowledge, round: int) -> None:
-    """NoInput unless the first layer's exact zeros can be read: a GCN under FedAvg, Adam only in
-    round 0 (its moments later are the client's own), no DP noise on the upload."""
-    if k.model != "gcn" or k.method != "fedavg":
-        raise NoInput(f"support reads a GCN's FedAvg upload (got {k.model}, {k.method}; FedProx's proximal "
-                      "term and DP-FedAvg's clipping move the columns off the decay-only path)")
+    """NoInput unless the first layer's exact zeros can be read: a GCN under FedAvg or DP-FedAvg (its
+    clipped delta, unclipped by unclip_delta), Adam only in round 0 (its moments later are the
+    client's own), no DP noise on the upload."""
+    if k.model != "gcn" or k.method not in METHODS:
+        raise NoInput(f"support reads a GCN's {' or '.join(METHODS)} upload (got {k.model}, {k.method}; "
+                      "FedProx's proximal term moves every column off the decay-only path)")
     if k.optimizer == "adam" and round > 0:
         raise NoInput(f"round {round}: the clients' Adam moments carry over from earlier rounds "
                       "(privfgl keeps each client's optimizer), so the decay-only path is unknown; round 0 only")
@@ -66,6 +73,25 @@ def off_decay_movement(before: dict[str, torch.Tensor], delta: dict[str, torch.T
     """[f, hidden]: the first layer's change minus its weight-decay-only path, in units of lr."""
     w0 = before["convs.0.lin.weight"].double()
     return ((delta["convs.0.lin.weight"].double() - decay_only_path(w0, k)) / k.lr).T.numpy()
+
+
+def unclip_delta(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge) -> dict[str, torch.Tensor]:
+    """DP-FedAvg's upload c·Δ (one factor c ≤ 1 for the whole message, ‖Δ‖ clipped to C) back to Δ: the
+    first-layer columns no node near a training node holds moved by the decay-only path D_j, so
+    c·D_j; c is the ratio most columns share (to SCALE_TOL). NoInput for an all-zero upload (a client
+    not sampled) or when no columns share a ratio (noise)."""
+    d = delta["convs.0.lin.weight"].double()
+    path = decay_only_path(before["convs.0.lin.weight"].double(), k)
+    ratio = ((d * path).sum(0) / (path * path).sum(0).clamp(min=1e-300)).numpy()
+    order = np.sort(ratio)
+    ends = np.searchsorted(order, order + SCALE_TOL * np.abs(order), side="right")
+    low = order[int(np.argmax(ends - np.arange(order.size)))]  # the start of the most crowded window
+    shared = (ratio >= low) & (ratio <= low * (1 + SCALE_TOL))
+    if low <= 0 or shared.mean() < 0.1:
+        raise NoInput("the upload is zero (a client not sampled) or no columns share one clip scale (noise)")
+    keep = torch.from_numpy(shared)
+    c = float((d[:, keep] * path[:, keep]).sum() / (path[:, keep] ** 2).sum())
+    return {name: v / c for name, v in delta.items()}
 
 
 def support_atoms(moved: np.ndarray, words: np.ndarray) -> list[tuple[np.ndarray, list[int]]]:
@@ -121,6 +147,8 @@ def support_dictionary(before: dict[str, torch.Tensor], delta: dict[str, torch.T
                        value_weight: float = VALUE_WEIGHT) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The `support` variant: unordered feature rows [r, f] in [0, 1] and labels [r] (2-layer GCN,
     else None), one per atom. Candidate words: the receptive field's vocabulary."""
+    if k.method == "dp-fedavg":
+        delta = unclip_delta(before, delta, k)
     movement = off_decay_movement(before, delta, k)
     moved = np.abs(movement) > MOVED_TOL
     words = receptive_vocabulary(before, delta, k).nonzero().view(-1).numpy()
