@@ -143,6 +143,36 @@ def atom_labels(movement: np.ndarray, atoms: list[tuple[np.ndarray, list[int]]],
     return torch.from_numpy(np.argmax(signs @ directions.T, axis=1)) if atoms else torch.zeros(0, dtype=torch.long)
 
 
+def moved_units(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge) -> np.ndarray:
+    """[f, hidden] bool: the units each word's first-layer column moved on off the decay-only path
+    (DP-FedAvg's clipped delta unclipped first)."""
+    if k.method == "dp-fedavg":
+        delta = unclip_delta(before, delta, k)
+    return np.abs(off_decay_movement(before, delta, k)) > MOVED_TOL
+
+
+def node_supports(moved: np.ndarray, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """With the features x [n, f] known (binary): every node's support bounded from above by the
+    units all its words moved on (support_i ⊆ moved_j for each word j it holds; equal for a node
+    holding a word no other node holds). Returns (supports [n, hidden] bool, covered [n] bool: the
+    node holds a word that moved at all)."""
+    words = moved.any(1)
+    holds = (x > 0).numpy() & words[None]
+    supports = np.ones((x.shape[0], moved.shape[1]), dtype=bool)
+    for i in np.nonzero(holds.any(1))[0]:
+        supports[i] = np.logical_and.reduce(moved[holds[i]], axis=0)
+    return supports, holds.any(1)
+
+
+def support_jaccard(supports: np.ndarray) -> np.ndarray:
+    """[n, n] Jaccard similarity of the nodes' supports: adjacent nodes share the units their common
+    neighbourhood switches on (Cora K = 20: edge AUC 0.83 alone, docs/attacks-graph.md)."""
+    s = supports.astype(float)
+    inter = s @ s.T
+    union = s.sum(1)[:, None] + s.sum(1)[None] - inter
+    return inter / np.maximum(union, 1.0)
+
+
 def support_dictionary(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
                        value_weight: float = VALUE_WEIGHT) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The `support` variant: unordered feature rows [r, f] in [0, 1] and labels [r] (2-layer GCN,
@@ -150,7 +180,7 @@ def support_dictionary(before: dict[str, torch.Tensor], delta: dict[str, torch.T
     if k.method == "dp-fedavg":
         delta = unclip_delta(before, delta, k)
     movement = off_decay_movement(before, delta, k)
-    moved = np.abs(movement) > MOVED_TOL
+    moved = np.abs(movement) > MOVED_TOL  # as moved_units, with the movement kept for the rows
     words = receptive_vocabulary(before, delta, k).nonzero().view(-1).numpy()
     atoms = support_atoms(moved, words)
     rows = atom_rows(movement, moved, words, atoms, value_weight)

@@ -6,8 +6,11 @@ clients) and, with --per-client, one row per client.
 
 Settings (name: run flags; attack params; clients):
 - default-k20: privfgl's default training (Adam, 3 local epochs, dropout 0.5), K = 20, clients with
-  <= 30 training nodes (the first `--max-clients`)
+  <= 30 training nodes (the first `--max-clients`); the supports' and the features' ranking, no fit
 - default-k10: the same at K = 10
+- default-k20-fit: the same, then 200 iterations of gradient matching from that ranking
+- default-k20-nosupport / sgd1-k20-nosupport: without the supports (`support=0`; the fit from the
+  features alone, as before the supports)
 - sgd1-k20: one full-batch SGD step (--optimizer sgd --local-epochs 1 --dropout 0 --lr 0.5), K = 20
 - sgd1-h256-k20: the same with --hidden 256 (more hidden units than nodes near the training nodes:
   GRAIN's span condition holds and the exact part runs)
@@ -30,6 +33,9 @@ SETTINGS = {
     "default-k10": (dict(clients=10), ""),
     "sgd1-k20": (dict(clients=20, **SGD1), ""),
     "sgd1-h256-k20": (dict(clients=20, hidden=256, **SGD1), ""),
+    "default-k20-fit": (dict(clients=20), "iters=200"),
+    "default-k20-nosupport": (dict(clients=20), "support=0,iters=200"),
+    "sgd1-k20-nosupport": (dict(clients=20, **SGD1), "support=0"),
     "default-k20-prior0": (dict(clients=20), "prior=0"),
     "sgd1-k20-prior0": (dict(clients=20, **SGD1), "prior=0"),
     "sgd1-h256-k20-prior0": (dict(clients=20, hidden=256, **SGD1), "prior=0"),
@@ -46,7 +52,7 @@ def main() -> None:
     ap.add_argument("--settings", default="default-k20,default-k10,sgd1-k20,sgd1-h256-k20")
     ap.add_argument("--max-clients", type=int, default=8)
     ap.add_argument("--max-train", type=int, default=30, help="attack clients with at most this many training nodes (K = 20)")
-    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--iters", default="auto", help="the attack's iters (auto: no fit under Adam when the supports apply)")
     ap.add_argument("--per-client", action="store_true")
     args = ap.parse_args()
     data = load_dataset("cora", root=os.environ.get("PRIVFGL_DATA"), download=False)
