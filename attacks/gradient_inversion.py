@@ -51,7 +51,7 @@ from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matche
                              permuted_words_baseline, unordered_scores)
 from attacks.multistep_inversion import check_replayable, fit_inputs
 from attacks.support_dictionary import check_applicable, support_dictionary
-from attacks.updates import ObservedUpdate, aggregate_update, client_update
+from attacks.updates import ObservedUpdate, aggregate_update, client_update, round_starts
 from attacks.view import AdversaryView
 
 VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep", "support")
@@ -405,14 +405,22 @@ class GradientInversion(Attack):
 
     def _support(self, view: AdversaryView, aux: InversionAux) -> Reconstruction:
         """The `support` variant on one client's update or on the revealed aggregate (computed once)."""
-        check_applicable(aux.knowledge, aux.round)
+        k = aux.knowledge
+        check_applicable(k)
         aggregate = aux.target.startswith("aggregate")
         if aggregate and self._aggregate is not None and self._aggregate[0] is view and self._aggregate[1] == aux.round:
             return self._aggregate[2]
         update = aggregate_update(view, aux.round) if aggregate else client_update(view, client_index(aux.target), aux.round)
         if update is None:
             raise NoInput(f"no plaintext update of {aux.target} in round {aux.round} in the {view.party}'s view")
-        features, labels = support_dictionary(update.before, update.delta(), aux.knowledge)
+        earlier = []
+        if k.optimizer == "adam" and aux.round > 0:  # Adam's state carries the earlier rounds' steps
+            starts = round_starts(view, aux.round)
+            if starts is None:
+                raise NoInput(f"round {aux.round} under Adam needs the global models of rounds 0-{aux.round - 1} "
+                              "(run with --transcript all)")
+            earlier = [s["convs.0.lin.weight"] for s in starts]
+        features, labels = support_dictionary(update.before, update.delta(), k, earlier)
         rec = Reconstruction(features, labels, False, None)
         if aggregate:
             self._aggregate = (view, aux.round, rec)

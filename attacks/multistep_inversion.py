@@ -39,6 +39,8 @@ held by a training node or by its neighbour moves the weights in nearly the same
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -108,25 +110,33 @@ def simulate_local_training(params: Params, x: torch.Tensor, adj: torch.Tensor, 
     return {n: w[n] - start[n].detach() if create_graph else (w[n] - start[n]).detach() for n in names}
 
 
-def decay_only_path(w0: torch.Tensor, k: Knowledge) -> torch.Tensor:
-    """Δ of a weight whose loss gradient is 0 in every step: only weight decay moves it."""
-    w, m, v = w0.clone(), torch.zeros_like(w0), torch.zeros_like(w0)
+def decay_only_path(w0: torch.Tensor, k: Knowledge, earlier: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+    """Δ in the round that starts from w0 of a weight whose loss gradient is 0 at every step: only
+    weight decay moves it. `earlier`: the weight at the start of each of the client's earlier rounds
+    (oldest first), whose steps Adam's state carries over (privfgl keeps each client's Adam, and every
+    client trains every round from the global model); SGD has no state, so they change nothing."""
+    m, v, t = torch.zeros_like(w0), torch.zeros_like(w0), 0
     b1, b2 = ADAM_BETAS
-    for t in range(1, k.local_epochs + 1):
-        g = k.weight_decay * w
-        if k.optimizer == "sgd":
-            w = w - k.lr * g
-            continue
-        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        w = w - k.lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + ADAM_EPS)
+    for start in [*earlier, w0]:
+        w = start.double().clone()
+        for _ in range(k.local_epochs):
+            t += 1
+            g = k.weight_decay * w
+            if k.optimizer == "sgd":
+                w = w - k.lr * g
+                continue
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            w = w - k.lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + ADAM_EPS)
     return w - w0
 
 
-def receptive_vocabulary(before: Params, delta: Params, k: Knowledge, tol: float = 1e-3) -> torch.Tensor:
+def receptive_vocabulary(before: Params, delta: Params, k: Knowledge, tol: float = 1e-3,
+                         earlier: Sequence[torch.Tensor] = ()) -> torch.Tensor:
     """[f] bool: the words some node within two hops of a training node holds (first-layer columns
-    that did not follow the weight-decay-only path; tol relative to lr per step, float32 uploads)."""
+    that did not follow the weight-decay-only path; tol relative to lr per step, float32 uploads).
+    `earlier`: as decay_only_path's (a later round under Adam)."""
     w0 = before["convs.0.lin.weight"].double()
-    off = (delta["convs.0.lin.weight"].double() - decay_only_path(w0, k)).abs().amax(dim=0)
+    off = (delta["convs.0.lin.weight"].double() - decay_only_path(w0, k, earlier)).abs().amax(dim=0)
     return off > tol * k.lr
 
 

@@ -32,13 +32,18 @@ Graph-free and unordered (one row per atom, scored after matching the rows to th
 attacks.metrics.unordered_scores). Applies where the decay-only path is known and the zeros are
 exact: FedAvg's n-weighted models and DP-FedAvg's clipped deltas (one unknown scale, read off the
 columns that followed the decay-only path: `unclip_delta`; so central DP, which noises only the
-sum, leaves every client's upload open to this attack), Adam from a fresh state (round 0; privfgl
-keeps each client's Adam across rounds) or SGD (any round), no DP noise on the upload. On the
+sum, leaves every client's upload open to this attack), Adam or SGD in any round, no DP noise on
+the upload. On the
 revealed aggregate the moved sets are unions over every client's holders (scored per client).
+Later rounds under Adam: privfgl keeps each client's Adam and every client trains every round from
+the broadcast model, so a coordinate with a zero gradient at every step so far followed the
+decay-only path through all those rounds, which the server computes from its own broadcasts; a
+word's moved set is then the union of its holders' supports over the rounds so far.
 """
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -55,33 +60,33 @@ METHODS = ("fedavg", "dp-fedavg")  # local training = privfgl.training's, no ter
 SCALE_TOL = 1e-6     # relative: columns on the decay-only path agree on one clip scale to float rounding
 
 
-def check_applicable(k: Knowledge, round: int) -> None:
+def check_applicable(k: Knowledge) -> None:
     """NoInput unless the first layer's exact zeros can be read: a GCN under FedAvg or DP-FedAvg (its
-    clipped delta, unclipped by unclip_delta), Adam only in round 0 (its moments later are the
-    client's own), no DP noise on the upload."""
+    clipped delta, unclipped by unclip_delta), no DP noise on the upload. Any round: under Adam the
+    decay-only path runs through the client's earlier rounds (decay_only_path's `earlier`)."""
     if k.model != "gcn" or k.method not in METHODS:
         raise NoInput(f"support reads a GCN's {' or '.join(METHODS)} upload (got {k.model}, {k.method}; "
                       "FedProx's proximal term moves every column off the decay-only path)")
-    if k.optimizer == "adam" and round > 0:
-        raise NoInput(f"round {round}: the clients' Adam moments carry over from earlier rounds "
-                      "(privfgl keeps each client's optimizer), so the decay-only path is unknown; round 0 only")
     if "model_update" in k.noised_messages:
         raise NoInput("the upload carries DP noise: no exact zeros to read")
 
 
-def off_decay_movement(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge) -> np.ndarray:
-    """[f, hidden]: the first layer's change minus its weight-decay-only path, in units of lr."""
+def off_decay_movement(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
+                       earlier: Sequence[torch.Tensor] = ()) -> np.ndarray:
+    """[f, hidden]: the first layer's change minus its weight-decay-only path, in units of lr.
+    `earlier`: the first-layer weight at the start of each earlier round (Adam's state carries over)."""
     w0 = before["convs.0.lin.weight"].double()
-    return ((delta["convs.0.lin.weight"].double() - decay_only_path(w0, k)) / k.lr).T.numpy()
+    return ((delta["convs.0.lin.weight"].double() - decay_only_path(w0, k, earlier)) / k.lr).T.numpy()
 
 
-def unclip_delta(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge) -> dict[str, torch.Tensor]:
+def unclip_delta(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
+                 earlier: Sequence[torch.Tensor] = ()) -> dict[str, torch.Tensor]:
     """DP-FedAvg's upload c·Δ (one factor c ≤ 1 for the whole message, ‖Δ‖ clipped to C) back to Δ: the
     first-layer columns no node near a training node holds moved by the decay-only path D_j, so
     c·D_j; c is the ratio most columns share (to SCALE_TOL). NoInput for an all-zero upload (a client
     not sampled) or when no columns share a ratio (noise)."""
     d = delta["convs.0.lin.weight"].double()
-    path = decay_only_path(before["convs.0.lin.weight"].double(), k)
+    path = decay_only_path(before["convs.0.lin.weight"].double(), k, earlier)
     ratio = ((d * path).sum(0) / (path * path).sum(0).clamp(min=1e-300)).numpy()
     order = np.sort(ratio)
     ends = np.searchsorted(order, order + SCALE_TOL * np.abs(order), side="right")
@@ -143,12 +148,13 @@ def atom_labels(movement: np.ndarray, atoms: list[tuple[np.ndarray, list[int]]],
     return torch.from_numpy(np.argmax(signs @ directions.T, axis=1)) if atoms else torch.zeros(0, dtype=torch.long)
 
 
-def moved_units(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge) -> np.ndarray:
+def moved_units(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
+                earlier: Sequence[torch.Tensor] = ()) -> np.ndarray:
     """[f, hidden] bool: the units each word's first-layer column moved on off the decay-only path
     (DP-FedAvg's clipped delta unclipped first)."""
     if k.method == "dp-fedavg":
-        delta = unclip_delta(before, delta, k)
-    return np.abs(off_decay_movement(before, delta, k)) > MOVED_TOL
+        delta = unclip_delta(before, delta, k, earlier)
+    return np.abs(off_decay_movement(before, delta, k, earlier)) > MOVED_TOL
 
 
 def node_supports(moved: np.ndarray, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -174,14 +180,15 @@ def support_jaccard(supports: np.ndarray) -> np.ndarray:
 
 
 def support_dictionary(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
-                       value_weight: float = VALUE_WEIGHT) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       earlier: Sequence[torch.Tensor] = (), value_weight: float = VALUE_WEIGHT
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The `support` variant: unordered feature rows [r, f] in [0, 1] and labels [r] (2-layer GCN,
     else None), one per atom. Candidate words: the receptive field's vocabulary."""
     if k.method == "dp-fedavg":
-        delta = unclip_delta(before, delta, k)
-    movement = off_decay_movement(before, delta, k)
+        delta = unclip_delta(before, delta, k, earlier)
+    movement = off_decay_movement(before, delta, k, earlier)
     moved = np.abs(movement) > MOVED_TOL  # as moved_units, with the movement kept for the rows
-    words = receptive_vocabulary(before, delta, k).nonzero().view(-1).numpy()
+    words = receptive_vocabulary(before, delta, k, earlier=earlier).nonzero().view(-1).numpy()
     atoms = support_atoms(moved, words)
     rows = atom_rows(movement, moved, words, atoms, value_weight)
     labels = atom_labels(movement, atoms, before["convs.1.lin.weight"]) if k.layers == 2 else None

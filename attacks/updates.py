@@ -45,6 +45,13 @@ def _global_model(view: AdversaryView, round: int) -> Params | None:
     return {k: v.double() for k, v in sent[round].tensors.items()}
 
 
+def round_starts(view: AdversaryView, round: int) -> list[Params] | None:
+    """The global models clients started rounds 0 .. round − 1 from (oldest first), or None when the
+    view lacks one (a transcript that kept only the last round)."""
+    starts = [_global_model(view, r) for r in range(round)]
+    return None if any(s is None for s in starts) else starts
+
+
 def _after(payload: dict[str, torch.Tensor], before: Params, contributors: int) -> tuple[Params, float | None]:
     """The model after training and n: n-weighted sums / n, or before + mean delta (DP-FedAvg)."""
     if "n" in payload:

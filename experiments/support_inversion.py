@@ -7,7 +7,8 @@ nodes hold the word and by how many hidden units it moved on (where the attack l
     PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] [--by-holders]
 
 Settings (name: run flags): k20-s0 / k20-s1 (K = 20, seeds 0 and 1), k10 (K = 10), k20-secagg and
-k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise).
+k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise),
+k20-round2 / k20-round9 (the upload of round 2 / 9: Adam's state carries the earlier rounds).
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ SETTINGS = {
     "k20-secagg": dict(clients=20, seed=0, protocol="secagg"),
     "k20-crypten": dict(clients=20, seed=0, protocol="crypten"),
     "k20-dp-central": dict(clients=20, seed=0, **DP_CENTRAL),
+    "k20-round2": dict(clients=20, seed=0, rounds=3),
+    "k20-round9": dict(clients=20, seed=0, rounds=10),
 }
 HOLDER_BINS = ((1, 2), (2, 3), (3, 5), (5, 10), (10, 10**6))
 MOVED_BINS = ((0, 50), (50, 56), (56, 60), (60, 63), (63, 65))
@@ -77,11 +80,11 @@ def main() -> None:
           "| label acc (prior) | label acc, all nodes | rows | s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.settings.split(","):
-        cfg = RunConfig(dataset="cora", partition="louvain", rounds=1, transcript="all", progress=False,
-                        download=False, **{"method": "fedavg", **SETTINGS[name]})
+        cfg = RunConfig(dataset="cora", partition="louvain", transcript="all", progress=False,
+                        download=False, **{"method": "fedavg", "rounds": 1, **SETTINGS[name]})
         _, setup = run(cfg, data=data)
         start = time.perf_counter()
-        found = run_attacks(setup, cfg, [GradientInversion(variant="support")])
+        found = run_attacks(setup, cfg, [GradientInversion(variant="support", round=cfg.rounds - 1)])
         seconds = time.perf_counter() - start
         groups = defaultdict(list)
         for f in found:
@@ -99,7 +102,7 @@ def main() -> None:
         none = {f.metrics["no_input"].replace(f.target, "each client") for f in found if "no_input" in f.metrics}
         if none:
             print(f"| {name} | no input ({sum('no_input' in f.metrics for f in found)}) | {'; '.join(sorted(none))} | | | | | | | |")
-        if args.by_holders and "protocol" not in SETTINGS[name] and "dp" not in SETTINGS[name]:
+        if args.by_holders and set(SETTINGS[name]) <= {"clients", "seed"}:
             words = np.array(per_word(setup, cfg), dtype=float)
             loss = (1 - words[:, 0]).sum()
             for col, bins, what in ((1, HOLDER_BINS, "holders in the client"), (2, MOVED_BINS, "units moved")):
