@@ -51,13 +51,11 @@ import torch
 from attacks.base import Knowledge, NoInput
 from attacks.multistep_inversion import decay_only_path, receptive_vocabulary
 
+METHODS = ("fedavg", "dp-fedavg")  # local training = privfgl.training's, no term that moves every column
 MOVED_TOL = 1e-5     # |off-decay movement| / lr above which a unit moved (float32 rounding: ~1e-6)
+SCALE_TOL = 1e-6     # relative: columns on the decay-only path agree on one clip scale to float rounding
 VALUE_WEIGHT = 3.0   # μ; chosen on Cora K = 20 clients 0-7 (seed 0), checked on clients 8-19 and K = 10
 VALUE_SCALE = 6.0    # the off-decay movement of one unit spans at most 2·local_epochs (3 steps) lr
-
-
-METHODS = ("fedavg", "dp-fedavg")  # local training = privfgl.training's, no term that moves every column
-SCALE_TOL = 1e-6     # relative: columns on the decay-only path agree on one clip scale to float rounding
 
 
 def check_applicable(k: Knowledge) -> None:
@@ -141,11 +139,12 @@ def atom_rows(movement: np.ndarray, moved: np.ndarray, words: np.ndarray,
 def atom_labels(movement: np.ndarray, atoms: list[tuple[np.ndarray, list[int]]], w2: torch.Tensor) -> torch.Tensor:
     """Labels [r]: the class c whose direction sign(W₂ᵀ(e_c − 1/C)) [hidden] agrees best with the atom's
     movement signs on its support. w2: the last layer's weight [C, hidden]."""
+    if not atoms:
+        return torch.zeros(0, dtype=torch.long)
     c = w2.shape[0]
-    directions = np.sign((np.eye(c) - 1.0 / c) @ w2.double().numpy())
-    signs = np.stack([np.sign(movement[own].mean(0)) * support for support, own in atoms]) if atoms \
-        else np.zeros((0, w2.shape[1]))
-    return torch.from_numpy(np.argmax(signs @ directions.T, axis=1)) if atoms else torch.zeros(0, dtype=torch.long)
+    directions = np.sign((np.eye(c) - 1.0 / c) @ w2.double().numpy())  # [C, hidden]
+    signs = np.stack([np.sign(movement[own].mean(0)) * support for support, own in atoms])  # [r, hidden]
+    return torch.from_numpy(np.argmax(signs @ directions.T, axis=1))
 
 
 def moved_units(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
