@@ -29,6 +29,9 @@ def bag_of_words_graph(num_nodes: int = 150, num_features: int = 300, num_classe
     return data
 
 
+DEFAULT_TRAINING = dict(optimizer="adam", local_epochs=3, dropout=0.5)  # privfgl's defaults
+
+
 def fedavg_config(**kw):
     from privfgl.experiment import RunConfig
     settings = dict(method="fedavg", dataset="bow", partition="louvain", clients=3, rounds=1, local_epochs=1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from torch_geometric.data import Data
 
-from attack_cases import bag_of_words_graph
+from attack_cases import DEFAULT_TRAINING, bag_of_words_graph, fedavg_config
 
 
 @pytest.fixture(autouse=True)
@@ -25,4 +25,14 @@ def overfitted_plain(cora):
     from privfgl.experiment import run
     cfg = overfitted_config()
     _, setup = run(cfg, data=cora)
+    return cfg, setup
+
+
+@pytest.fixture(scope="module")
+def default_fedavg(bow_graph):
+    """(cfg, setup) of FedAvg on the bag-of-words graph under privfgl's default training (Adam, 3 local
+    epochs, dropout 0.5), once per test module."""
+    from privfgl.experiment import run
+    cfg = fedavg_config(**DEFAULT_TRAINING)
+    _, setup = run(cfg, data=bow_graph)
     return cfg, setup

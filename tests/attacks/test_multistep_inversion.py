@@ -19,22 +19,8 @@ from attacks.view import adversary_view
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers
 
-from attack_cases import fedavg_config
-from tests.view_checks import reachable
-
-DEFAULT_TRAINING = dict(optimizer="adam", local_epochs=3, dropout=0.5)  # privfgl's defaults
-
-
-def findings(setup, cfg, spec):
-    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}
-
-
-@pytest.fixture(scope="module")
-def default_fedavg(bow_graph):
-    cfg = fedavg_config(**DEFAULT_TRAINING)
-    _, setup = run(cfg, data=bow_graph)
-    return cfg, setup
-
+from attack_cases import DEFAULT_TRAINING, by_target, fedavg_config
+from tests.view_checks import reachable, spying
 
 def test_the_replay_reproduces_the_clients_adam_update_without_dropout(bow_graph):
     # the simulation is privfgl's local training: with dropout 0 and the true inputs it gives the
@@ -59,8 +45,8 @@ def test_the_replay_reproduces_the_clients_adam_update_without_dropout(bow_graph
 def test_multistep_beats_the_marginals_where_one_step_variants_have_no_input(default_fedavg):
     cfg, setup = default_fedavg
     for variant in ("ig", "dictionary"):  # one SGD step without dropout only
-        assert "signs" in findings(setup, cfg, f"gradient-inversion:variant={variant},clients=0")["client0"].metrics["no_input"]
-    f = findings(setup, cfg, "gradient-inversion:variant=multistep,clients=0")["client0"]
+        assert "signs" in by_target(setup, cfg, f"gradient-inversion:variant={variant},clients=0")["client0"].metrics["no_input"]
+    f = by_target(setup, cfg, "gradient-inversion:variant=multistep,clients=0")["client0"]
     assert f.metrics["nodes"] <= 30 and f.metrics["graph"] == "known" and f.metrics["variant"] == "multistep"
     # the words no node near a training node holds come out as exact zeros: over the whole matrix
     # the reconstruction beats the marginals (0.82 vs 0.71), and the fitted labels beat the prior's
@@ -71,7 +57,7 @@ def test_multistep_beats_the_marginals_where_one_step_variants_have_no_input(def
 
 def test_with_the_labels_known_the_replay_attributes_words_to_nodes(default_fedavg):
     cfg, setup = default_fedavg
-    f = findings(setup, cfg, "gradient-inversion:variant=multistep,labels=known,clients=0")["client0"]
+    f = by_target(setup, cfg, "gradient-inversion:variant=multistep,labels=known,clients=0")["client0"]
     assert f.metrics["label_acc"] == 1.0  # declared aux, not inferred
     assert f.metrics["auc_per_feature"] > f.baseline["auc_per_feature"] + 0.1  # 0.5: any per-feature constant
     assert f.metrics["auc"] > f.baseline["auc"] + 0.1
@@ -87,7 +73,7 @@ def test_multistep_under_crypten_has_no_input_per_client(bow_graph):
 
 def test_multistep_refuses_later_adam_rounds_and_bad_settings(default_fedavg):
     cfg, setup = default_fedavg
-    f = findings(setup, cfg, "gradient-inversion:variant=multistep,round=1,clients=0")["client0"]
+    f = by_target(setup, cfg, "gradient-inversion:variant=multistep,round=1,clients=0")["client0"]
     assert "moments" in f.metrics["no_input"]
     for spec in ("gradient-inversion:variant=multistep,graph=unknown", "gradient-inversion:variant=ig,labels=known",
                  "gradient-inversion:variant=multistep,masks=-1"):
@@ -97,16 +83,9 @@ def test_multistep_refuses_later_adam_rounds_and_bad_settings(default_fedavg):
 
 def test_multistep_reaches_only_its_view_and_aux(default_fedavg):
     cfg, setup = default_fedavg
-    received = []
-
-    class Recording(GradientInversion):
-        def attack(self, view, aux):
-            received.append((view, aux))
-            return super().attack(view, aux)
-
-    attack = Recording(variant="multistep", clients=[0], iters=1)
+    attack = spying(GradientInversion, variant="multistep", clients=[0], iters=1)
     run_attacks(setup, cfg, [attack])
-    (view, aux), = received
+    (view, aux), = attack.received
     assert aux.labels is None
     private = {t.untyped_storage().data_ptr() for c in setup.clients for t in (c.x, c.y, c.edge_index, c.train_mask)}
     for o in reachable([view, aux]):

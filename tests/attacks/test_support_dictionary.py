@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from attacks import parse_attack, run_attacks
+from attacks import run_attacks
 from attacks.audit import public_knowledge
 from attacks.base import NoInput
 from attacks.gradient_inversion import GradientInversion
@@ -23,22 +23,8 @@ from attacks.view import adversary_view
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers
 
-from attack_cases import fedavg_config
-from tests.view_checks import reachable
-
-DEFAULT_TRAINING = dict(optimizer="adam", local_epochs=3, dropout=0.5)  # privfgl's defaults
-
-
-def findings(setup, cfg, spec):
-    return {f.target: f for f in run_attacks(setup, cfg, [parse_attack(spec)])}
-
-
-@pytest.fixture(scope="module")
-def default_fedavg(bow_graph):
-    cfg = fedavg_config(**DEFAULT_TRAINING)
-    _, setup = run(cfg, data=bow_graph)
-    return cfg, setup
-
+from attack_cases import DEFAULT_TRAINING, by_target, fedavg_config
+from tests.view_checks import reachable, spying
 
 def test_words_held_by_one_node_move_on_exactly_the_same_units(default_fedavg):
     # the fact the attack stands on, checked against the truth: per client, the words only one node
@@ -69,8 +55,8 @@ def test_words_held_by_one_node_move_on_exactly_the_same_units(default_fedavg):
 
 def test_support_beats_both_nulls_and_the_prior_where_one_step_variants_have_no_input(default_fedavg):
     cfg, setup = default_fedavg
-    assert "signs" in findings(setup, cfg, "gradient-inversion:variant=dictionary,clients=0")["client0"].metrics["no_input"]
-    out = findings(setup, cfg, "gradient-inversion:variant=support")
+    assert "signs" in by_target(setup, cfg, "gradient-inversion:variant=dictionary,clients=0")["client0"].metrics["no_input"]
+    out = by_target(setup, cfg, "gradient-inversion:variant=support")
     for k in range(3):  # here 0.81-0.97 against 0.60-0.62 (marginals) and 0.55-0.62 (words permuted)
         f = out[f"client{k}"]
         assert f.metrics["variant"] == "support" and f.metrics["graph"] == "unknown"  # graph-free
@@ -85,7 +71,7 @@ def test_support_beats_both_nulls_and_the_prior_where_one_step_variants_have_no_
 def test_support_under_secagg_reads_only_the_revealed_sum(bow_graph):
     cfg = fedavg_config(protocol="secagg", **DEFAULT_TRAINING)
     _, setup = run(cfg, data=bow_graph)
-    out = findings(setup, cfg, "gradient-inversion:variant=support")
+    out = by_target(setup, cfg, "gradient-inversion:variant=support")
     assert all("no plaintext update" in out[f"client{k}"].metrics["no_input"] for k in range(3))
     assert all("auc_per_feature" in out[f"aggregate:client{k}"].metrics for k in range(3))
 
@@ -98,7 +84,7 @@ def test_support_under_secagg_reads_only_the_revealed_sum(bow_graph):
 def test_support_refuses_uploads_without_exact_zeros(bow_graph, settings, reason):
     cfg = fedavg_config(**{**DEFAULT_TRAINING, **settings})
     _, setup = run(cfg, data=bow_graph)
-    assert reason in findings(setup, cfg, "gradient-inversion:variant=support,clients=0")["client0"].metrics["no_input"]
+    assert reason in by_target(setup, cfg, "gradient-inversion:variant=support,clients=0")["client0"].metrics["no_input"]
 
 
 def test_central_dp_leaves_every_clipped_upload_open_to_it(bow_graph):
@@ -131,26 +117,20 @@ def test_support_reads_later_rounds_through_adams_carried_state_and_sgd_in_any_r
         without = receptive_vocabulary(update.before, update.delta(), k)  # as if Adam restarted
         assert (without.sum() > words[r].sum()) == (r > 0)
     assert torch.equal(words[0], words[2])
-    f = findings(setup, cfg, "gradient-inversion:variant=support,round=2,clients=0")["client0"]
+    f = by_target(setup, cfg, "gradient-inversion:variant=support,round=2,clients=0")["client0"]
     assert f.metrics["auc_per_feature"] > f.baseline["auc_per_feature"] + 0.15
     cfg = fedavg_config(optimizer="sgd", lr=0.5, local_epochs=3, dropout=0.5, rounds=2)
     _, setup = run(cfg, data=bow_graph)
-    f = findings(setup, cfg, "gradient-inversion:variant=support,round=1,clients=0")["client0"]
+    f = by_target(setup, cfg, "gradient-inversion:variant=support,round=1,clients=0")["client0"]
     assert f.metrics["auc_per_feature"] > f.baseline["auc_per_feature"] + 0.1
 
 
 def test_support_reaches_only_its_view(default_fedavg):
     cfg, setup = default_fedavg
-    received = []
-
-    class Recording(GradientInversion):
-        def attack(self, view, aux):
-            received.append((view, aux))
-            return super().attack(view, aux)
-
-    run_attacks(setup, cfg, [Recording(variant="support", clients=[0])])
+    spy = spying(GradientInversion, variant="support", clients=[0])
+    run_attacks(setup, cfg, [spy])
     private = {t.untyped_storage().data_ptr() for c in setup.clients for t in (c.x, c.y, c.edge_index, c.train_mask)}
-    for view, aux in received:
+    for view, aux in spy.received:  # client0 and aggregate:client0
         assert aux.graph is None and aux.labels is None
         for o in reachable([view, aux]):
             assert not isinstance(o, (Data, LocalTrainers)) and o is not setup and o is not setup.federation
