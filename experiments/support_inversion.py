@@ -7,8 +7,8 @@ nodes hold the word and by how many hidden units it moved on (where the attack l
 
     PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] [--by-holders]
 
-Settings (name: run flags): k20-s0 / k20-s1 (K = 20, seeds 0 and 1), k10 (K = 10), k20-secagg and
-k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise),
+Settings (name: run flags): k20-s0 / k20-s1 (K = 20, seeds 0 and 1), k10 (K = 10), k20-secagg,
+k20-ckks and k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise),
 k20-round2 / k20-round9 (the upload of round 2 / 9: Adam's state carries the earlier rounds),
 citeseer-k20 (CiteSeer, K = 20: nothing was chosen on it).
 """
@@ -40,6 +40,7 @@ SETTINGS = {
     "k10": dict(clients=10, seed=0),
     "k20-secagg": dict(clients=20, seed=0, protocol="secagg"),
     "k20-crypten": dict(clients=20, seed=0, protocol="crypten"),
+    "k20-ckks": dict(clients=20, seed=0, protocol="ckks"),
     "k20-dp-central": dict(clients=20, seed=0, **DP_CENTRAL),
     "k20-round2": dict(clients=20, seed=0, rounds=3),
     "k20-round9": dict(clients=20, seed=0, rounds=10),
