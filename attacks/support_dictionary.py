@@ -147,13 +147,19 @@ def atom_labels(movement: np.ndarray, atoms: list[tuple[np.ndarray, list[int]]],
     return torch.from_numpy(np.argmax(signs @ directions.T, axis=1))
 
 
+def _unclipped_movement(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
+                        earlier: Sequence[torch.Tensor]) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """The update as trained (DP-FedAvg's clipped delta unclipped) and its off_decay_movement [f, hidden]."""
+    if k.method == "dp-fedavg":
+        delta = unclip_delta(before, delta, k, earlier)
+    return delta, off_decay_movement(before, delta, k, earlier)
+
+
 def moved_units(before: dict[str, torch.Tensor], delta: dict[str, torch.Tensor], k: Knowledge,
                 earlier: Sequence[torch.Tensor] = ()) -> np.ndarray:
     """[f, hidden] bool: the units each word's first-layer column moved on off the decay-only path
     (DP-FedAvg's clipped delta unclipped first)."""
-    if k.method == "dp-fedavg":
-        delta = unclip_delta(before, delta, k, earlier)
-    return np.abs(off_decay_movement(before, delta, k, earlier)) > MOVED_TOL
+    return np.abs(_unclipped_movement(before, delta, k, earlier)[1]) > MOVED_TOL
 
 
 def node_supports(moved: np.ndarray, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -183,10 +189,8 @@ def support_dictionary(before: dict[str, torch.Tensor], delta: dict[str, torch.T
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The `support` variant: unordered feature rows [r, f] in [0, 1] and labels [r] (2-layer GCN,
     else None), one per atom. Candidate words: the receptive field's vocabulary."""
-    if k.method == "dp-fedavg":
-        delta = unclip_delta(before, delta, k, earlier)
-    movement = off_decay_movement(before, delta, k, earlier)
-    moved = np.abs(movement) > MOVED_TOL  # as moved_units, with the movement kept for the rows
+    delta, movement = _unclipped_movement(before, delta, k, earlier)
+    moved = np.abs(movement) > MOVED_TOL
     words = receptive_vocabulary(before, delta, k, earlier=earlier).nonzero().view(-1).numpy()
     atoms = support_atoms(moved, words)
     rows = atom_rows(movement, moved, words, atoms, value_weight)

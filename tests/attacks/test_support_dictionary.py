@@ -5,7 +5,7 @@ prior, in round 0 and later; only the revealed sum under a secure protocol; noth
 are not exact."""
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -14,10 +14,9 @@ from torch_geometric.data import Data
 
 from attacks import run_attacks
 from attacks.audit import public_knowledge
-from attacks.base import NoInput
 from attacks.gradient_inversion import GradientInversion
-from attacks.support_dictionary import MOVED_TOL, off_decay_movement, support_atoms
 from attacks.multistep_inversion import receptive_vocabulary
+from attacks.support_dictionary import MOVED_TOL, off_decay_movement, support_atoms
 from attacks.updates import client_update, round_starts
 from attacks.view import adversary_view
 from privfgl.experiment import run
@@ -41,15 +40,14 @@ def test_words_held_by_one_node_move_on_exactly_the_same_units(default_fedavg):
         for j in ((holders == 1) & torch.from_numpy(moved.any(1))).nonzero().view(-1).tolist():
             by_owner[int(c.x[:, j].argmax())].add(moved[j].tobytes())
         assert all(len(sets) == 1 for sets in by_owner.values())
-        owners_of = defaultdict(set)
-        for owner, sets in by_owner.items():
-            owners_of[next(iter(sets))].add(owner)
-        assert sum(len(o) for o in owners_of.values() if len(o) == 1) >= 0.6 * len(by_owner)
+        owner_set = {owner: next(iter(sets)) for owner, sets in by_owner.items()}
+        owners_of = Counter(owner_set.values())
+        assert sum(n == 1 for n in owners_of.values()) >= 0.6 * len(by_owner)
         checked += len(by_owner)
         # and the atoms the attack forms from the upload alone include those groups of >= 2 words
         atoms = {support.tobytes() for support, _ in support_atoms(moved, np.nonzero(moved.any(1))[0])}
-        assert {s for owner, (s,) in ((o, tuple(v)) for o, v in by_owner.items())
-                if sum(moved[j].tobytes() == s for j in range(moved.shape[0])) >= 2} <= atoms
+        words_per_set = Counter(row.tobytes() for row in moved)
+        assert {s for s in owner_set.values() if words_per_set[s] >= 2} <= atoms
     assert checked > 50
 
 
