@@ -1,16 +1,28 @@
 """One `secagg` client: its state and its four rounds (Bonawitz et al. 2017, semi-honest variant).
 
-1. advertise keys: fresh X25519 pairs c (share encryption) and s (derived from a fresh 16-byte seed,
-   pairwise masks); sends both public keys to the server.
+1. advertise keys: X25519 pairs c (share encryption: fresh, or its session's from a ``KeyRing``) and
+   s (always fresh: derived from a fresh 16-byte seed, pairwise masks); sends both public keys to the
+   server.
 2. share keys: draws the self-mask seed b; Shamir-shares the s seed and b among its share holders
    (one `shamir.split` call, an independent polynomial per seed); sends each holder its two shares
-   encrypted under their c agreement (through the server), and a commitment to b.
+   encrypted under their c agreement (through the server), bound to this sum (the two s public keys
+   are authenticated with it), and a commitment to b.
 3. masked input: y = q + PRG(b) + sum over neighbours v that shared in round 2 of +-PRG(s_uv)
    (+ when u < v), in Z_{2^b}.
 4. unmasking: the server names the survivors (self-mask shares wanted) and the dropped (pairwise
    seed shares wanted). An honest client refuses a request that names one client in both lists,
    asks for its own pairwise seed (it sent its masked input, so that seed must stay secret), or
    lists fewer survivors than the threshold.
+
+Session keys (``keys="session"``): a ``KeyRing`` keeps each client's c key pair, and the share keys
+derived from its agreements with its peers' c public keys, across the sums of a session, so a sum
+costs no c key pair and no c agreement once every pair has met; the s key pair and the seeds stay
+fresh per sum. What it changes: the server learns no c private key in any case (it is never shared,
+unlike the s seed), so the sums' secrecy against the server and t - 1 clients is the same; what is
+lost is forward secrecy: a client device compromised later exposes the shares it received in every
+sum of the session, not only in the sum it was compromised in. The binding of each sealed share to
+its sum's s public keys is what keeps the server from replaying an earlier sum's share under a
+reused key (tested: ``faults={"replay_share": ...}``).
 
 ``ClientGroup`` runs the rounds of a set of clients, in increasing index order: every client in the
 Protocol's own process (``workers=1``), or one worker process's share of them (``workers`` > 1,
@@ -28,14 +40,48 @@ from protocols.base import ProtocolError, client
 from protocols.secagg import crypto, shamir
 
 
+def share_context(sender_s_public: bytes, receiver_s_public: bytes) -> bytes:
+    """What a sealed share is bound to besides its (sender, receiver): this sum's s public keys of both
+    (fresh per sum), so a share sealed in another sum does not open, even under a session's c key."""
+    return sender_s_public + receiver_s_public
+
+
+class KeyRing:
+    """Long-term c key pairs, one per client index, and the share keys derived from them (``keys="session"``):
+    held by the process that acts for the clients (the Protocol's, a worker's, a party's) for as long as it
+    serves sums. A share key is cached per (client, peer, peer's c public key): a peer that shows a new c
+    public key gets a new agreement."""
+
+    def __init__(self):
+        self._pairs: dict[int, tuple] = {}
+        self._share_keys: dict[tuple[int, int, bytes], bytes] = {}
+
+    def c_pair(self, u: int) -> tuple:
+        """Client u's c key pair (private key, raw public key), made on first use from the OS CSPRNG."""
+        if u not in self._pairs:
+            self._pairs[u] = crypto.new_keypair()
+        return self._pairs[u]
+
+    def share_key(self, u: int, v: int, v_public: bytes) -> bytes:
+        """The share-encryption key of the pair {u, v} as client u derives it (u's pair must exist)."""
+        key = (u, v, v_public)
+        if key not in self._share_keys:
+            shared = crypto.agree(self._pairs[u][0], v_public)
+            self._share_keys[key] = crypto.pair_key(shared, b"share-encryption", u, v)
+        return self._share_keys[key]
+
+
 class Client:
-    def __init__(self, index: int, neighbours: frozenset[int], holders: tuple[int, ...], threshold: int):
+    def __init__(self, index: int, neighbours: frozenset[int], holders: tuple[int, ...], threshold: int,
+                 keyring: KeyRing | None = None):
         self.index = index
         self.neighbours = neighbours
         self.holders = holders  # closed neighbourhood, sorted: who holds this client's shares
         self.threshold = threshold
-        # Secrets: fresh per sum, from the OS CSPRNG.
+        self.keyring = keyring  # None: a fresh c key pair per sum
+        # Secrets: fresh per sum (the c pair: per session with a keyring), from the OS CSPRNG.
         self._c_private = self._s_private = None
+        self._s_public = b""
         self.s_seed = self.b_seed = None  # kept for the auditor's ground truth only
         self.peer_keys: dict[int, tuple[bytes, bytes]] = {}
         self.shares_held: dict[int, tuple[int, bytes, bytes]] = {}  # owner -> (index, s share, b share)
@@ -43,10 +89,13 @@ class Client:
         self._share_keys: dict[int, bytes] = {}  # peer -> the pair's share-encryption key (rounds 2 and 3)
 
     def advertise_keys(self) -> bytes:
-        self._c_private, c_public = crypto.new_keypair()
+        if self.keyring is None:
+            self._c_private, c_public = crypto.new_keypair()
+        else:
+            self._c_private, c_public = self.keyring.c_pair(self.index)
         self.s_seed = crypto.fresh_seed()
-        self._s_private, s_public = crypto.keypair_from_seed(self.s_seed)
-        return c_public + s_public
+        self._s_private, self._s_public = crypto.keypair_from_seed(self.s_seed)
+        return c_public + self._s_public
 
     def share_keys(self, keys: dict[int, bytes], tamper: dict | None = None) -> tuple[bytes, dict[int, bytes]]:
         """keys: neighbour -> its advertised c||s public keys. Returns (commitment to b, holder -> sealed shares).
@@ -66,7 +115,8 @@ class Client:
             if tamper and tamper.get(v) == "bad_share":
                 s_share, b_share = os.urandom(shamir.SHARE_BYTES), os.urandom(shamir.SHARE_BYTES)
             key = self._share_key(v)
-            sealed[v] = crypto.seal(key, self.index, v, x.to_bytes(2, "big") + s_share + b_share)
+            sealed[v] = crypto.seal(key, self.index, v, x.to_bytes(2, "big") + s_share + b_share,
+                                    share_context(self._s_public, self.peer_keys[v][1]))
         return crypto.commitment(self.index, self.b_seed), sealed
 
     def masked_input(self, sealed: dict[int, bytes], q: np.ndarray) -> np.ndarray:
@@ -84,11 +134,13 @@ class Client:
         n = shamir.SHARE_BYTES
         for u, blob in sealed.items():
             try:
-                plain = crypto.open_sealed(self._share_key(u), blob, u, self.index)
+                plain = crypto.open_sealed(self._share_key(u), blob, u, self.index,
+                                           share_context(self.peer_keys[u][1], self._s_public))
             except crypto.ShareAuthError as e:
                 raise ProtocolError(
                     f"secagg round 3: {client(self.index)} rejects the encrypted share from {client(u)} ({e}): it was "
-                    f"modified or re-addressed on its way through the server; {client(self.index)} aborts"
+                    f"modified, re-addressed or replayed from another sum on its way through the server; "
+                    f"{client(self.index)} aborts"
                 ) from None
             x = plain[0] << 8 | plain[1]
             self.shares_held[u] = (x, plain[2:2 + n], plain[2 + n:2 + 2 * n])
@@ -99,8 +151,11 @@ class Client:
 
     def _share_key(self, v: int) -> bytes:
         if v not in self._share_keys:
-            shared = crypto.agree(self._c_private, self.peer_keys[v][0])
-            self._share_keys[v] = crypto.pair_key(shared, b"share-encryption", self.index, v)
+            if self.keyring is not None:
+                self._share_keys[v] = self.keyring.share_key(self.index, v, self.peer_keys[v][0])
+            else:
+                shared = crypto.agree(self._c_private, self.peer_keys[v][0])
+                self._share_keys[v] = crypto.pair_key(shared, b"share-encryption", self.index, v)
         return self._share_keys[v]
 
     def pair_mask_key(self, v: int) -> bytes:
@@ -136,8 +191,8 @@ class ClientGroup:
     index order and returns client -> (its message, the seconds it took). A client's ProtocolError
     propagates at once (the later clients of the round do not run; ``current`` names the one that raised)."""
 
-    def __init__(self, members):
-        self.clients = {u: Client(u, neighbours, holders, t) for u, neighbours, holders, t in members}
+    def __init__(self, members, keyring: KeyRing | None = None):
+        self.clients = {u: Client(u, neighbours, holders, t, keyring) for u, neighbours, holders, t in members}
         self.current: int | None = None
 
     def _run(self, requests: dict, step) -> dict:

@@ -1,7 +1,8 @@
 """The cryptographic primitives of `secagg`, all from the `cryptography` package (OpenSSL).
 
-- Key agreement: X25519. Each client makes two fresh key pairs per sum: c (encrypts the Shamir
-  shares sent through the server) and s (seeds the pairwise masks). The s key pair is derived
+- Key agreement: X25519. Each client makes two key pairs: c (encrypts the Shamir shares sent
+  through the server; fresh per sum, or per session with ``keys="session"``) and s (seeds the
+  pairwise masks; always fresh per sum). The s key pair is derived
   from a fresh 16-byte seed (os.urandom) through HKDF, so that the seed, not the 32-byte key, is
   what gets Shamir-shared (``shamir``: a 128-bit seed fits its prime field); the seed has the 128
   bits of security of every other primitive here.
@@ -20,8 +21,10 @@
   ``expand``, without allocating a fresh vector per mask; ``add_prgs`` does several masks with
   one buffer look-up (a client's self mask and its pairwise masks).
 - Share encryption: ChaCha20-Poly1305 (AEAD) keyed by the pair's c agreement, a fresh random
-  nonce, and the (sender, receiver) indices as associated data, so the server that forwards a
-  share can neither read nor alter nor re-address it.
+  nonce, and as associated data the (sender, receiver) indices and the sum's ``context`` (the two
+  clients' s public keys, fresh per sum), so the server that forwards a share can neither read nor
+  alter nor re-address it, nor replay one from an earlier sum (which matters when the c key pairs
+  live for a session: ``client.KeyRing``).
 - Commitment to the self-mask seed b: SHA-256 over a label, the client's index and b (b is 128
   uniform bits: the hash reveals nothing usable; it lets the server check a reconstruction).
 """
@@ -144,21 +147,23 @@ def _zeros(nbytes: int) -> bytes:
     return bytes(nbytes)
 
 
-def seal(key: bytes, sender: int, receiver: int, plaintext: bytes) -> bytes:
-    """Encrypted share from ``sender`` to ``receiver``: header || nonce || ChaCha20-Poly1305 ciphertext."""
+def seal(key: bytes, sender: int, receiver: int, plaintext: bytes, context: bytes = b"") -> bytes:
+    """Encrypted share from ``sender`` to ``receiver``: header || nonce || ChaCha20-Poly1305 ciphertext.
+    ``context`` is authenticated, not sent: the receiver must know it (the sum's fresh public keys)."""
     header = HEADER.pack(sender, receiver)
     nonce = os.urandom(NONCE_BYTES)
-    return header + nonce + ChaCha20Poly1305(key).encrypt(nonce, plaintext, header)
+    return header + nonce + ChaCha20Poly1305(key).encrypt(nonce, plaintext, header + context)
 
 
-def open_sealed(key: bytes, blob: bytes, sender: int, receiver: int) -> bytes:
-    """Decrypt a share sealed by ``sender`` for ``receiver``; ShareAuthError if it does not authenticate."""
+def open_sealed(key: bytes, blob: bytes, sender: int, receiver: int, context: bytes = b"") -> bytes:
+    """Decrypt a share sealed by ``sender`` for ``receiver`` under ``context``; ShareAuthError if it does
+    not authenticate (modified, re-addressed, or sealed under another context: another sum's)."""
     header = HEADER.pack(sender, receiver)
     start = HEADER.size + NONCE_BYTES
     if len(blob) <= start or blob[:HEADER.size] != header:
         raise ShareAuthError("wrong header")
     try:
-        return ChaCha20Poly1305(key).decrypt(blob[HEADER.size:start], blob[start:], header)
+        return ChaCha20Poly1305(key).decrypt(blob[HEADER.size:start], blob[start:], header + context)
     except InvalidTag:
         raise ShareAuthError("authentication tag mismatch") from None
 

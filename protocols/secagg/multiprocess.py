@@ -53,7 +53,7 @@ import torch
 
 from protocols.party_processes import PartyProcesses, free_port
 from protocols.base import SERVER, AggregationResult, PartyFailure, ProtocolError, Transfer, client
-from protocols.secagg.client import Client
+from protocols.secagg.client import Client, KeyRing
 from protocols.secagg.protocol import _ANSWER, _U32, ROUNDS, SecAggProtocol, round_clients
 from protocols.secagg.quantize import make_grid
 from protocols.secagg.server import Server
@@ -246,13 +246,15 @@ def _parse_answer(blob: bytes) -> dict[str, dict[int, tuple[int, bytes]]]:
 
 
 def client_sum(channel: _Channel, u: int, protocol: SecAggProtocol, num_clients: int, x: torch.Tensor,
-               integer: bool, drop_round: int = 5, kill_round: int = 5) -> dict[int, float]:
-    """Client u's side of one sum over the process group; returns its seconds per round."""
+               integer: bool, drop_round: int = 5, kill_round: int = 5, keyring: KeyRing | None = None
+               ) -> dict[int, float]:
+    """Client u's side of one sum over the process group; returns its seconds per round. ``keyring``: the
+    party's c key pair across the session's sums (``keys="session"``), None for a fresh one per sum."""
     channel.next_sum()
     server = SERVER_RANK
     grid = make_grid(protocol.bits, protocol.clip_range, protocol.frac_bits, num_clients, integer)
     nbrs, holders, t = protocol.setup(num_clients)
-    me = Client(u, nbrs[u], holders[u], t)
+    me = Client(u, nbrs[u], holders[u], t, keyring)
     seconds = {r: 0.0 for r in ROUNDS}
     incoming = b""
     for r in ROUNDS:
@@ -426,6 +428,7 @@ def _party_main(party: int, world_size: int, env: dict, protocol: SecAggProtocol
     os.environ.update(env)
     num_clients = world_size - 1
     is_server = party == num_clients
+    keyring = KeyRing() if protocol.keys == "session" else None  # this client's, for the session's sums
     try:
         # Clients wait for the server, which may itself wait up to timeout_s per round for a hung client.
         channel = _init(SERVER_RANK if is_server else client_rank(party), world_size,
@@ -443,7 +446,7 @@ def _party_main(party: int, world_size: int, env: dict, protocol: SecAggProtocol
                     path, integer, drop_round, kill_round = payload
                     x = torch.from_numpy(np.load(path))
                     conn.send(("done", client_sum(channel, party, protocol, num_clients, x, integer, drop_round,
-                                                  kill_round)))
+                                                  kill_round, keyring)))
             except ProtocolError as e:
                 conn.send(("refused", str(e)))
             except (PartyGone, GroupBroken) as e:
@@ -484,10 +487,11 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
     def __init__(self, bits: int = 32, clip_range: float = 4096.0, frac_bits: int | str = "auto",
                  threshold: int | None = None, graph: str = "complete", degree: int | None = None,
                  graph_seed: int = 0, dropout: dict | None = None, dropout_rate: float = 0.0,
-                 dropout_seed: int | None = None, timeout_s: float = 60.0, kill_at: dict | None = None):
+                 dropout_seed: int | None = None, timeout_s: float = 60.0, kill_at: dict | None = None,
+                 keys: str = "per-sum"):
         super().__init__(bits=bits, clip_range=clip_range, frac_bits=frac_bits, threshold=threshold, graph=graph,
                          degree=degree, graph_seed=graph_seed, dropout=dropout, dropout_rate=dropout_rate,
-                         dropout_seed=dropout_seed)
+                         dropout_seed=dropout_seed, keys=keys)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ProtocolError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
@@ -511,7 +515,7 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
         """The public parameters the parties need (no dropout generator, no session state)."""
         return SecAggProtocol(bits=self.bits, clip_range=self.clip_range, frac_bits=self.frac_bits,
                               threshold=self.threshold, graph=self.graph, degree=self.degree,
-                              graph_seed=self.graph_seed)
+                              graph_seed=self.graph_seed, keys=self.keys)
 
     def start(self, num_clients: int) -> None:
         """Start K client processes and the server process; wait until all joined the group."""
@@ -647,7 +651,7 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
                      "bits": out["bits"], "frac_bits": out["frac_bits"], "clip_range": out["limit"],
                      "round_s": {_ROUND_NAMES[r]: dict(seconds[r]) for r in ROUNDS},
                      "critical_path_s": sum(seconds[r]["client_max"] + seconds[r]["server"] for r in ROUNDS),
-                     "mode": "multiprocess", "wall_s": wall,
+                     "mode": "multiprocess", "wall_s": wall, "keys": self.keys,
                      "processes_gone": {client(k): why for k, why in out["gone"].items()}},
         )
 

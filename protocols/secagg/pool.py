@@ -223,8 +223,8 @@ class PoolClients:
     shared buffer (those of ``senders``: the clients that will mask) while the workers run round 2.
     """
 
-    def __init__(self, pool: WorkerPool, members: list, grid, values, senders):
-        self.pool = pool
+    def __init__(self, pool: WorkerPool, members: list, grid, values, senders, session: bool = False):
+        self.pool, self.session = pool, session
         K, n = len(members), int(values[0].numel())
         self.owner = [u * pool.size // K for u in range(K)]
         self.members = members
@@ -249,7 +249,7 @@ class PoolClients:
         live = list(live)
         for w in sorted({self.owner[u] for u in live}):
             mine = [m for m in self.members if self.owner[m[0]] == w]
-            payloads[w] = (mine, self.grid, self.layout, [u for u in live if self.owner[u] == w])
+            payloads[w] = (mine, self.grid, self.layout, [u for u in live if self.owner[u] == w], self.session)
         return self.pool.run("advertise", payloads)
 
     def share(self, requests) -> dict:
@@ -291,10 +291,10 @@ class Preparation:
     Its thread uses the pool alone until ``wait`` returns: the Protocol waits before any other use of the
     pool. ``cancel`` stops it after the request in flight (each is a few ms)."""
 
-    def __init__(self, pool: WorkerPool, key, members: list, n: int, dtype):
+    def __init__(self, pool: WorkerPool, key, members: list, n: int, dtype, session: bool = False):
         from protocols.secagg.server import Server  # noqa: PLC0415 (not in the workers' import path)
 
-        self.pool, self.key = pool, key
+        self.pool, self.key, self.session = pool, key, session
         K = len(members)
         self.owner = [u * pool.size // K for u in range(K)]
         self.workers = sorted(set(self.owner))
@@ -325,7 +325,8 @@ class Preparation:
         t0 = time.perf_counter()
         try:
             mine = self._split({m[0]: m for m in members})
-            self.keys = self._step("prep_advertise", {w: (list(ms.values()), list(ms)) for w, ms in mine.items()})
+            self.keys = self._step("prep_advertise", {w: (list(ms.values()), list(ms), self.session)
+                                                      for w, ms in mine.items()})
             if self._cancel.is_set():
                 return
             routed = self._server.route_keys({u: m for u, (m, _) in self.keys.items()})

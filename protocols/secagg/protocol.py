@@ -26,13 +26,14 @@ import torch
 
 from protocols.base import SERVER, AggregationResult, Protocol, ProtocolError, Transfer, array_bytes, client
 from protocols.secagg import graph as graphs
-from protocols.secagg.client import ClientGroup
+from protocols.secagg.client import ClientGroup, KeyRing
 from protocols.secagg.pool import PoolClients, Preparation, WorkerPool, check_workers
 from protocols.secagg.quantize import BITS, MAX_FRAC_BITS, make_grid
 from protocols.secagg.server import Server
 
 ROUNDS = (1, 2, 3, 4)
-FAULTS = ("tamper_share", "bad_share", "ask_both", "late")
+FAULTS = ("tamper_share", "replay_share", "bad_share", "ask_both", "late")
+KEYS = ("per-sum", "session")
 _U32 = struct.Struct("<I")
 _ANSWER = struct.Struct("<BIH")
 
@@ -69,7 +70,7 @@ def _check_faults(faults) -> dict:
         return {}
     if not isinstance(faults, dict) or set(faults) - set(FAULTS):
         raise ProtocolError(f"faults: expected a mapping with keys among {', '.join(FAULTS)}, got {faults!r}")
-    for key in ("tamper_share", "bad_share"):
+    for key in ("tamper_share", "replay_share", "bad_share"):
         if key in faults and not (isinstance(faults[key], (list, tuple)) and len(faults[key]) == 2):
             raise ProtocolError(f"faults: {key} expects [owner, holder], got {faults[key]!r}")
     return dict(faults)
@@ -92,6 +93,8 @@ class SecAggProtocol(Protocol):
     dropout_rate, dropout_seed: each client also drops with this probability at a uniform round,
                  drawn per sum from a generator seeded once with dropout_seed (simulation only).
     faults:      fault injection: {"tamper_share": [u, v]} the server alters u's sealed share for v;
+                 {"replay_share": [u, v]} the server forwards to v, instead of u's sealed share for v, the
+                 one u sealed for v in the previous sum of this protocol object (from the second sum on);
                  {"bad_share": [u, v]} client u sends v garbage shares (validly encrypted);
                  {"ask_both": u} the server asks for u's pairwise seed share though u survived;
                  {"late": [clients]} their masked inputs arrive after the server closed round 3.
@@ -115,7 +118,14 @@ class SecAggProtocol(Protocol):
                  stay fresh per sum: a preparation serves one sum at most. ``details["offline"]``: "prepared",
                  "fallback" (None when offline is off); ``details["offline_s"]``: the clients' seconds it took
                  (its rounds 1-2 seconds are also in ``round_s``). No preparation is made while ``dropout``
-                 names rounds 1-2 or ``faults`` has bad_share / tamper_share (every sum would fall back).
+                 names rounds 1-2 or ``faults`` has bad_share / tamper_share / replay_share (every sum would fall back).
+    keys:        "per-sum" (default: Bonawitz et al.'s fresh c key pair per client per sum) or "session":
+                 each client keeps its c key pair (share encryption) for as long as the process that acts
+                 for it serves sums (``client.KeyRing``: this object's life until ``close()``, a worker's, a
+                 party process's), so a sum after the first makes no c key pair and no c agreement. The s
+                 key pairs and every seed stay fresh per sum; each sealed share is bound to its sum's s
+                 public keys, so no earlier share can be replayed. Trade-off: no forward secrecy for the
+                 shares (a client compromised later exposes the shares it received in the whole session).
     The sum is opened to the server (it unmasks it); reveal_to="clients" is refused.
     """
 
@@ -125,8 +135,14 @@ class SecAggProtocol(Protocol):
                  threshold: int | None = None, graph: str = "complete", degree: int | None = None,
                  graph_seed: int = 0, dropout: dict | None = None, dropout_rate: float = 0.0,
                  dropout_seed: int | None = None, faults: dict | None = None, workers: int = 1,
-                 offline: bool = False):
+                 offline: bool = False, keys: str = "per-sum"):
         self.workers = check_workers(workers)
+        if keys not in KEYS:
+            raise ProtocolError(f"keys: expected one of {', '.join(KEYS)} (the lifetime of the share-encryption "
+                                f"key pairs), got {keys!r}")
+        self.keys = keys
+        self._keyring = KeyRing() if keys == "session" else None
+        self._previous_sealed: dict[tuple[int, int], bytes] = {}  # (owner, holder) -> blob: replay_share only
         if not isinstance(offline, bool):
             raise ProtocolError(f"offline: expected True or False, got {offline!r}")
         self.offline = offline
@@ -203,14 +219,15 @@ class SecAggProtocol(Protocol):
         shape = (K, n, np.dtype(grid.dtype).str, tuple(members))
         prepared = (prep is not None and pool is not None and prep.pool is pool and prep.key == shape
                     and not any(r <= 2 for r in drops.values()) and not faults.get("bad_share")
-                    and "tamper_share" not in faults)
+                    and "tamper_share" not in faults and "replay_share" not in faults)
         if pool is None:
-            group = ClientGroup(members)
+            group = ClientGroup(members, self._keyring)
             parties = _LocalClients(group, grid, values, self._scratch(K + 1, n, grid.dtype))
             total_out = parties.outputs[K]
         else:
             group = None
-            parties = PoolClients(pool, members, grid, values, [u for u in range(K) if drops.get(u, 5) > 3])
+            parties = PoolClients(pool, members, grid, values, [u for u in range(K) if drops.get(u, 5) > 3],
+                                  self.keys == "session")
             total_out = self._scratch(1, n, grid.dtype)[0]
         server = Server(K, nbrs, holders, t)
         transfers: list[Transfer] = []
@@ -254,6 +271,12 @@ class SecAggProtocol(Protocol):
         timed(2, server.check_round, 2, set(sent))
         tamper_share = tuple(faults["tamper_share"]) if "tamper_share" in faults else None
         inbox = timed(2, server.route_shares, sent, tamper_share)
+        if "replay_share" in faults:  # the server forwards the previous sum's sealed share instead
+            owner, holder = faults["replay_share"]
+            old = self._previous_sealed.get((owner, holder))
+            if old is not None and owner in inbox.get(holder, {}):
+                inbox[holder][owner] = old
+            self._previous_sealed = {(u, v): blob for u, (_, sealed) in sent.items() for v, blob in sealed.items()}
         for v in sorted(sent):  # forwarded to every client that shared (U2)
             blobs = tuple(inbox[v][u] for u in sorted(inbox[v]))
             if blobs:
@@ -295,8 +318,8 @@ class SecAggProtocol(Protocol):
                                                     "grid": grid, "survivors": survivors}
         round_names = {1: "advertise_keys", 2: "share_keys", 3: "masked_input", 4: "unmasking"}
         if self.offline and pool is not None and not (self.dropout.keys() & {1, 2}) \
-                and not (self.faults.keys() & {"bad_share", "tamper_share"}):
-            self._prep = Preparation(pool, shape, members, n, grid.dtype)  # the next sum's, from now on
+                and not (self.faults.keys() & {"bad_share", "tamper_share", "replay_share"}):
+            self._prep = Preparation(pool, shape, members, n, grid.dtype, self.keys == "session")  # the next sum's, from now on
         return AggregationResult(
             total=revealed,
             transfers=transfers,
@@ -310,7 +333,7 @@ class SecAggProtocol(Protocol):
                      "faulty_shares": server.faulty,
                      "late": sorted(late), "threshold": t, "graph": self.graph,
                      "degree": len(nbrs[0]) if K > 1 else 0, "bits": grid.bits, "frac_bits": grid.frac_bits,
-                     "clip_range": grid.limit, "workers": 1 if pool is None else pool.size,
+                     "clip_range": grid.limit, "workers": 1 if pool is None else pool.size, "keys": self.keys,
                      "offline": ("prepared" if prepared else "fallback") if self.offline else None,
                      "offline_s": prep.client_s if prepared else 0.0,
                      "round_s": {round_names[r]: dict(seconds[r]) for r in ROUNDS},
@@ -370,6 +393,7 @@ class SecAggProtocol(Protocol):
             self._pool = None
         self._replaced = False
         self._buffer = None
+        self._keyring = KeyRing() if self.keys == "session" else None  # a new session: new c key pairs
 
 
 class _LocalClients:

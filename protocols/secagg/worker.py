@@ -20,9 +20,10 @@ client encodes and masks it into its row of the buffer's ring part, where the se
 
 Messages (pickled): parent -> worker (seq, op, payload), worker -> parent (seq, status, payload) with
 status "ok" | "refused" ((client, message)) | "error" (a traceback: a bug, not a protocol outcome).
-ops: "buffer" (size; the fd follows), "advertise" (the sum's members, grid, buffer layout and the
-live clients: a fresh ClientGroup per sum), "share", "mask", "unmask", "stop"; and the offline phase
-(``offline=True``): "prep_advertise", "prep_share", "prep_mask" run rounds 1-2 and the inputs-free part
+ops: "buffer" (size; the fd follows), "advertise" (the sum's members, grid, buffer layout, the live
+clients and whether the c key pairs are the session's: a fresh ClientGroup per sum, with this
+worker's ``KeyRing`` under ``keys="session"``: it lives as long as the worker), "share", "mask",
+"unmask", "stop"; and the offline phase (``offline=True``): "prep_advertise", "prep_share", "prep_mask" run rounds 1-2 and the inputs-free part
 of round 3 of the NEXT sum on a separate ClientGroup (the prepared session), "mask_prepared" makes it the
 sum's group and adds each client's input to its prepared mask; "advertise" (a sum that does not use the
 preparation) discards it, so a prepared session is used for one sum at most. The worker exits on
@@ -59,9 +60,9 @@ def _load():
     base.ProtocolError, base.client = ProtocolError, client
     sys.modules.setdefault("protocols.base", base)
     from protocols.secagg import quantize  # noqa: F401, PLC0415 (the Grid of each sum is unpickled here)
-    from protocols.secagg.client import ClientGroup  # noqa: PLC0415
+    from protocols.secagg.client import ClientGroup, KeyRing  # noqa: PLC0415
 
-    return ClientGroup
+    return ClientGroup, KeyRing
 
 
 def serve(fd: int) -> None:
@@ -71,7 +72,8 @@ def serve(fd: int) -> None:
 
     import numpy as np  # noqa: PLC0415
 
-    ClientGroup = _load()
+    ClientGroup, KeyRing = _load()
+    keyring = KeyRing()  # the c key pairs of this worker's clients under keys="session"
     sock = socket.socket(fileno=os.dup(fd))  # the same socket, for the buffer's fd (SCM_RIGHTS)
     conn = Connection(fd)
     conn.send((0, "ready", (os.getpid(), "torch" in sys.modules)))
@@ -92,14 +94,14 @@ def serve(fd: int) -> None:
                 os.close(fds[0])
                 reply = {}
             elif op == "advertise":
-                members, grid, (shape, in_dtype, out_dtype, out_offset), live = payload
-                group, prep = ClientGroup(members), None
+                members, grid, (shape, in_dtype, out_dtype, out_offset), live, session = payload
+                group, prep = ClientGroup(members, keyring if session else None), None
                 inputs = np.ndarray(shape, in_dtype, buffer=buffer, offset=0) if buffer is not None else None
                 outputs = np.ndarray(shape, out_dtype, buffer=buffer, offset=out_offset) if buffer is not None else None
                 reply = group.advertise(live)
             elif op == "prep_advertise":
-                members, live = payload
-                prep = ClientGroup(members)
+                members, live, session = payload
+                prep = ClientGroup(members, keyring if session else None)
                 reply = prep.advertise(live)
             elif op == "prep_share":
                 reply = prep.share(payload)

@@ -216,7 +216,7 @@ def test_dropout_rate_is_reported_and_summed_over_survivors():
 
 def test_tampered_share_is_detected_by_its_receiver():
     with pytest.raises(ProtocolError,
-                       match="client4 rejects the encrypted share from client2 .*modified or re-addressed"):
+                       match="client4 rejects the encrypted share from client2 .*modified, re-addressed or replayed"):
         get_protocol("secagg", faults={"tamper_share": [2, 4]}).aggregate([torch.ones(3)] * 6)
 
 
