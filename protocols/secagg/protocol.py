@@ -94,7 +94,8 @@ class SecAggProtocol(Protocol):
                  drawn per sum from a generator seeded once with dropout_seed (simulation only).
     faults:      fault injection: {"tamper_share": [u, v]} the server alters u's sealed share for v;
                  {"replay_share": [u, v]} the server forwards to v, instead of u's sealed share for v, the
-                 one u sealed for v in the previous sum of this protocol object (from the second sum on);
+                 one u sealed for v in the previous sum of this protocol object (from the second sum on;
+                 v = "all": to every holder of u's shares);
                  {"bad_share": [u, v]} client u sends v garbage shares (validly encrypted);
                  {"ask_both": u} the server asks for u's pairwise seed share though u survived;
                  {"late": [clients]} their masked inputs arrive after the server closed round 3.
@@ -272,10 +273,11 @@ class SecAggProtocol(Protocol):
         tamper_share = tuple(faults["tamper_share"]) if "tamper_share" in faults else None
         inbox = timed(2, server.route_shares, sent, tamper_share)
         if "replay_share" in faults:  # the server forwards the previous sum's sealed share instead
-            owner, holder = faults["replay_share"]
-            old = self._previous_sealed.get((owner, holder))
-            if old is not None and owner in inbox.get(holder, {}):
-                inbox[holder][owner] = old
+            owner, target = faults["replay_share"]
+            for holder in (inbox if target == "all" else [target]):
+                old = self._previous_sealed.get((owner, holder))
+                if old is not None and owner in inbox.get(holder, {}):
+                    inbox[holder][owner] = old
             self._previous_sealed = {(u, v): blob for u, (_, sealed) in sent.items() for v, blob in sealed.items()}
         for v in sorted(sent):  # forwarded to every client that shared (U2)
             blobs = tuple(inbox[v][u] for u in sorted(inbox[v]))

@@ -2,20 +2,26 @@
 session, while the mask (s) key pairs and every seed stay fresh per sum. Its sums equal the survivors'
 exact sums within the grid's bound, like per-sum keys, in process, in workers (with the offline phase)
 and in party processes; the c public keys a server sees repeat across sums only in session mode; and
-a sealed share the server replays from an earlier sum is rejected in both modes. The replay test
-also attacks the claim that the binding to the sum's s public keys is what stops it: without that
-binding a session-mode client opens the replayed share (the precondition of unmasking an earlier
-input: docs/secure-aggregation.md), while per-sum keys reject it anyway."""
+a sealed share the server replays from an earlier sum is rejected in both modes. The replay tests
+also attack the claim that the binding to the sum's s public keys is what stops it: without that
+binding a session-mode client opens the replayed share, and a server that replays all of a client's
+shares and calls it late unmasks that client's earlier input exactly from its own view; with the
+binding the holders reject the replay; per-sum keys reject it anyway."""
 
 from __future__ import annotations
 
+import struct
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 
 from protocols import ProtocolError, get_protocol
 from protocols.secagg import client as secagg_client
+from protocols.secagg import crypto, shamir
 from protocols.secagg.crypto import PUBLIC_KEY_BYTES
+from protocols.secagg.server import Server
 from test_secagg import assert_within_bound, cases, expected_outcome
 
 
@@ -102,6 +108,57 @@ def test_without_the_sum_binding_a_session_client_opens_the_replayed_share(monke
     per_sum.aggregate(xs)
     with pytest.raises(ProtocolError, match="client3 rejects the encrypted share from client1"):
         per_sum.aggregate(xs)
+
+
+def unmask_earlier_input(first, u: int, s_shares: list, t: int) -> np.ndarray | None:
+    """The replay attack's last step, from the server's view alone: rebuild client u's pairwise-key seed from
+    s_shares (the round-4 answers of a later sum), check it against u's s public key of the sum ``first``,
+    and unmask u's masked vector of that sum with its self-mask seed (whose shares that sum's round 4 gave
+    the server by design). Returns u's upload on the grid, or None when the shares are not that seed's."""
+    keys = advertised(first)
+    seed = shamir.combine(s_shares[:t], t)
+    s_private, s_public = crypto.keypair_from_seed(seed)
+    if s_public != keys[u][1]:
+        return None
+    answer = struct.Struct("<BIH")
+    b_shares = [(x, blob[answer.size:]) for tr in first.transfers if tr.step == "reveal" and tr.kind == "share"
+                for blob in tr.blobs for kind, owner, x in [answer.unpack(blob[:answer.size])] if kind == 0 and owner == u]
+    b_seed = shamir.combine(b_shares[:t], t)
+    y = np.frombuffer(next(tr.blobs[0] for tr in first.transfers if tr.step == "input" and tr.sender == f"client{u}"),
+                      dtype="<u4").astype(np.uint32)
+    y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
+    for v in keys:
+        if v != u:
+            mask = crypto.expand(crypto.pair_key(crypto.agree(s_private, keys[v][1]), b"pair-mask", u, v), y.size, y.dtype)
+            y = y - mask if u < v else y + mask
+    return y.view(np.int32) * 2.0 ** -first.details["frac_bits"]
+
+
+@pytest.mark.parametrize("binding", [True, False], ids=["bound", "unbound"])
+def test_replay_attack_unmasks_an_earlier_input_only_without_the_sum_binding(monkeypatch, binding):
+    """The server replays every holder's sealed share of client 1 from sum 1 in sum 2 and calls client 1 late,
+    so that round 4 asks for client 1's pairwise-key seed; it keeps the answers (a malicious server does not
+    need its own check to pass). Unbound, those answers are sum 1's seed and unmask client 1's sum-1 input."""
+    if not binding:
+        monkeypatch.setattr(secagg_client, "share_context", lambda sender, receiver: b"")
+    answers = []
+    real_unmask = Server.unmask
+    monkeypatch.setattr(Server, "unmask", lambda self, total, got: answers.append(got) or real_unmask(self, total, got))
+    gen = torch.Generator().manual_seed(0)
+    first_inputs = [torch.randn(40, generator=gen, dtype=torch.float64) for _ in range(6)]
+    protocol = get_protocol("secagg", keys="session", faults={"replay_share": [1, "all"]})
+    first = protocol.aggregate(first_inputs)
+    protocol.faults["late"] = [1]
+    with pytest.raises(ProtocolError) as refused:  # either the holders reject the replay, or the check fails
+        protocol.aggregate([x + 1 for x in first_inputs])
+    if binding:
+        assert "rejects the encrypted share from client1" in str(refused.value) and len(answers) == 1
+        return
+    assert "client1's pairwise-key seed" in str(refused.value)
+    s_shares = [got["s"][1] for got in answers[-1].values() if 1 in got["s"]]
+    recovered = unmask_earlier_input(first, 1, s_shares, first.details["threshold"])
+    assert recovered is not None
+    assert np.abs(recovered - first_inputs[1].numpy()).max() <= 2.0 ** -(first.details["frac_bits"] + 1)
 
 
 def test_bad_keys_value_is_one_clear_line():
