@@ -13,8 +13,9 @@ inputs. Key generation and process start-up are excluded from the rows and print
     python experiments/bench_protocols.py --secagg-profile --clients 10 --sizes 92232 --repeat 40
 
 `secagg` rows (complete graph, Bonawitz et al.), `secagg:kregular` rows (SecAgg+, default degree
-2*ceil(log2 K)) and `secagg:w2` rows (complete graph, the clients run by 2 worker processes; their
-start-up is in the setup time) are followed by a second table: seconds per round (advertise keys, share keys,
+2*ceil(log2 K)), `secagg:w2` rows (complete graph, the clients run by 2 worker processes; their
+start-up is in the setup time) and `secagg:session` / `secagg:kregular-session` rows (`keys=session`:
+the warm-up sum makes the c key pairs, the timed sums reuse them) are followed by a second table: seconds per round (advertise keys, share keys,
 masked input, unmasking; all clients + the server, in process) and the critical path (per round
 the slowest client, then the server: the latency when clients run in parallel).
 """
@@ -40,6 +41,8 @@ BACKENDS: dict[str, tuple[str, dict, str]] = {
     "secagg": ("secagg", {}, "secagg-complete"),
     "secagg:kregular": ("secagg", {"graph": "kregular"}, "cheap"),
     "secagg:w2": ("secagg", {"workers": 2}, "secagg-complete"),  # the clients in 2 worker processes
+    "secagg:session": ("secagg", {"keys": "session"}, "secagg-complete"),  # c key pairs kept across sums
+    "secagg:kregular-session": ("secagg", {"graph": "kregular", "keys": "session"}, "cheap"),
 }
 MP_LABEL = "crypten:mp"
 MP_LABELS: dict[str, tuple[str, dict]] = {MP_LABEL: ("crypten", {"mode": "multiprocess"}),
@@ -177,7 +180,7 @@ def main() -> None:
         setup[label] = time.perf_counter() - t0
 
     header = (
-        f"{'backend':<17}{'K':>4}{'n':>9}{'protect_s':>11}{'aggr_s':>9}{'reveal_s':>10}{'total_s':>9}"
+        f"{'backend':<24}{'K':>4}{'n':>9}{'protect_s':>11}{'aggr_s':>9}{'reveal_s':>10}{'total_s':>9}"
         f"{'up_B/client':>13}{'B/value':>9}{'max_err':>10}{'bound':>10}{'x_plain':>9}"
     )
     print(header)
@@ -203,20 +206,20 @@ def main() -> None:
                     round_rows.append((label, k, size, row["details"]))
                 ratio = row["total"] / plain_total if plain_total else float("nan")
                 print(
-                    f"{label:<17}{k:>4}{size:>9}{row['protect']:>11.4f}{row['aggregate']:>9.4f}"
+                    f"{label:<24}{k:>4}{size:>9}{row['protect']:>11.4f}{row['aggregate']:>9.4f}"
                     f"{row['reveal']:>10.4f}{row['total']:>9.4f}{row['up_per_client']:>13,}"
                     f"{row['bytes_per_value']:>9.2f}{row['max_err']:>10.2e}{row['bound']:>10.2e}{ratio:>9.1f}",
                     flush=True,
                 )
     if round_rows:
         print()
-        print(f"{'secagg rounds':<16}{'K':>4}{'n':>9}{'deg':>5}{'t':>4}{'advert_s':>10}{'share_s':>9}{'mask_s':>9}"
+        print(f"{'secagg rounds':<24}{'K':>4}{'n':>9}{'deg':>5}{'t':>4}{'advert_s':>10}{'share_s':>9}{'mask_s':>9}"
               f"{'unmask_s':>10}{'crit_s':>9}")
         for label, k, size, d in round_rows:
             r = d["round_s"]
             per = [r[name]["clients"] + r[name]["server"]
                    for name in ("advertise_keys", "share_keys", "masked_input", "unmasking")]
-            print(f"{label:<16}{k:>4}{size:>9}{d['degree']:>5}{d['threshold']:>4}{per[0]:>10.4f}{per[1]:>9.4f}"
+            print(f"{label:<24}{k:>4}{size:>9}{d['degree']:>5}{d['threshold']:>4}{per[0]:>10.4f}{per[1]:>9.4f}"
                   f"{per[2]:>9.4f}{per[3]:>10.4f}{d['critical_path_s']:>9.4f}")
     print()
     for label in labels:
