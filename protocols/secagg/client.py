@@ -47,9 +47,9 @@ def share_context(sender_s_public: bytes, receiver_s_public: bytes) -> bytes:
 
 
 class KeyRing:
-    """Long-term c key pairs, one per client index, and the share keys derived from them (``keys="session"``):
-    held by the process that acts for the clients (the Protocol's, a worker's, a party's) for as long as it
-    serves sums. A share key is cached per (client, peer, peer's c public key): a peer that shows a new c
+    """c key pairs, one per client index, and the share keys derived from them: a Client's own for one sum
+    (``keys="per-sum"``), or, under ``keys="session"``, held by the process that acts for the clients (the
+    Protocol's, a worker's, a party's) for as long as it serves sums. A share key is cached per (client, peer, peer's c public key): a peer that shows a new c
     public key gets a new agreement."""
 
     def __init__(self):
@@ -78,21 +78,17 @@ class Client:
         self.neighbours = neighbours
         self.holders = holders  # closed neighbourhood, sorted: who holds this client's shares
         self.threshold = threshold
-        self.keyring = keyring  # None: a fresh c key pair per sum
-        # Secrets: fresh per sum (the c pair: per session with a keyring), from the OS CSPRNG.
-        self._c_private = self._s_private = None
+        self.keyring = keyring or KeyRing()  # its own (a fresh c key pair this sum), or the session's
+        # Secrets: fresh per sum (the c pair: per session with a shared keyring), from the OS CSPRNG.
+        self._s_private = None
         self._s_public = b""
         self.s_seed = self.b_seed = None  # kept for the auditor's ground truth only
         self.peer_keys: dict[int, tuple[bytes, bytes]] = {}
         self.shares_held: dict[int, tuple[int, bytes, bytes]] = {}  # owner -> (index, s share, b share)
         self.masked_with: set[int] = set()
-        self._share_keys: dict[int, bytes] = {}  # peer -> the pair's share-encryption key (rounds 2 and 3)
 
     def advertise_keys(self) -> bytes:
-        if self.keyring is None:
-            self._c_private, c_public = crypto.new_keypair()
-        else:
-            self._c_private, c_public = self.keyring.c_pair(self.index)
+        _, c_public = self.keyring.c_pair(self.index)
         self.s_seed = crypto.fresh_seed()
         self._s_private, self._s_public = crypto.keypair_from_seed(self.s_seed)
         return c_public + self._s_public
@@ -150,13 +146,8 @@ class Client:
         return masks
 
     def _share_key(self, v: int) -> bytes:
-        if v not in self._share_keys:
-            if self.keyring is not None:
-                self._share_keys[v] = self.keyring.share_key(self.index, v, self.peer_keys[v][0])
-            else:
-                shared = crypto.agree(self._c_private, self.peer_keys[v][0])
-                self._share_keys[v] = crypto.pair_key(shared, b"share-encryption", self.index, v)
-        return self._share_keys[v]
+        """The pair's share-encryption key (rounds 2 and 3), derived once per peer c public key."""
+        return self.keyring.share_key(self.index, v, self.peer_keys[v][0])
 
     def pair_mask_key(self, v: int) -> bytes:
         return crypto.pair_key(crypto.agree(self._s_private, self.peer_keys[v][1]), b"pair-mask", self.index, v)

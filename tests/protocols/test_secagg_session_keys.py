@@ -40,7 +40,7 @@ def advertised(result) -> dict[int, tuple[bytes, bytes]]:
 def test_session_sums_of_survivors_within_bound_or_the_same_clear_error(case):
     xs, params = case
     protocol = get_protocol("secagg", keys="session", **params)
-    survivors, missing = expected_outcome(protocol, len(xs), params["dropout"])
+    survivors, _ = expected_outcome(protocol, len(xs), params["dropout"])
     for _ in range(2):  # the second sum reuses the c key pairs (and the share keys) of the first
         if survivors is None:
             with pytest.raises(ProtocolError, match="fewer than the threshold"):
