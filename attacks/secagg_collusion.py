@@ -103,7 +103,7 @@ class SecAggCollusion(Attack):
         if not aux.s_shares:
             return Unmasked(False, None)
         seed = shamir.combine(list(aux.s_shares), len(aux.s_shares))
-        s_private, s_public = crypto.keypair_from_seed(seed)
+        _, s_public = crypto.keypair_from_seed(seed)
         if s_public != keys[aux.target][crypto.PUBLIC_KEY_BYTES:]:
             return Unmasked(False, None)  # fewer than t shares: the combination is not the seed
         # The target's self-mask seed: the survivors' shares the server received in round 4 (by design).
@@ -117,21 +117,11 @@ class SecAggCollusion(Attack):
                     b_shares.append((x, blob[_ANSWER.size:]))
         if len(b_shares) < aux.threshold:
             raise NoInput(f"the server did not receive t shares of {aux.target}'s self-mask seed (it dropped)")
-        b_seed = shamir.combine(b_shares, aux.threshold)
-        grid = aux.grid
-        y = np.frombuffer(masked[0].blobs[0], dtype=np.dtype(grid.dtype).newbyteorder("<")).astype(grid.dtype)
-        y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
         shared_in_round_2 = {m.sender for m in view.find(name + ":share", r) if m.receiver == view.party}
-        for v in aux.neighbours:
-            if f"client{v}" not in shared_in_round_2 or f"client{v}" not in keys:
-                continue
-            shared = crypto.agree(s_private, keys[f"client{v}"][crypto.PUBLIC_KEY_BYTES:])
-            mask = crypto.expand(crypto.pair_key(shared, b"pair-mask", u, v), y.size, y.dtype)
-            if u < v:
-                y -= mask
-            else:
-                y += mask
-        return Unmasked(True, grid.decode(y).numpy().astype(np.float64))
+        peers = {v: keys[f"client{v}"][crypto.PUBLIC_KEY_BYTES:] for v in aux.neighbours
+                 if f"client{v}" in shared_in_round_2 and f"client{v}" in keys}
+        upload = unmask_input(masked[0].blobs[0], u, seed, peers, shamir.combine(b_shares, aux.threshold), aux.grid)
+        return Unmasked(True, upload.astype(np.float64))
 
     def truth(self, setup, target: str) -> np.ndarray | None:
         log = setup.federation.audit_log
@@ -159,6 +149,22 @@ class SecAggCollusion(Attack):
         err = float(np.abs(rec.upload - real).max())
         metrics.update(max_abs_error=err, cosine=_cosine(rec.upload, real), recovered=err <= half_step)
         return metrics, baseline
+
+
+def unmask_input(masked: bytes, u: int, s_seed: bytes, peers: dict[int, bytes], b_seed: bytes, grid: Grid) -> np.ndarray:
+    """Client u's upload from its masked vector y (the wire bytes), its pairwise-key seed, the s public keys
+    of the neighbours it masked with (v -> 32 bytes) and its self-mask seed: y - PRG(b) -+ PRG(s_uv), read
+    back from ``grid``. Exact on the grid when the seeds are u's seeds of the sum y belongs to."""
+    s_private, _ = crypto.keypair_from_seed(s_seed)
+    y = np.frombuffer(masked, dtype=np.dtype(grid.dtype).newbyteorder("<")).astype(grid.dtype)
+    y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
+    for v, v_public in peers.items():
+        mask = crypto.expand(crypto.pair_key(crypto.agree(s_private, v_public), b"pair-mask", u, v), y.size, y.dtype)
+        if u < v:
+            y -= mask
+        else:
+            y += mask
+    return grid.decode(y).numpy()
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

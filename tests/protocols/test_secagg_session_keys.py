@@ -17,10 +17,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from attacks.secagg_collusion import unmask_input
 from protocols import ProtocolError, get_protocol
 from protocols.secagg import client as secagg_client
 from protocols.secagg import crypto, shamir
 from protocols.secagg.crypto import PUBLIC_KEY_BYTES
+from protocols.secagg.quantize import make_grid
 from protocols.secagg.server import Server
 from test_secagg import assert_within_bound, cases, expected_outcome
 
@@ -117,21 +119,16 @@ def unmask_earlier_input(first, u: int, s_shares: list, t: int) -> np.ndarray | 
     the server by design). Returns u's upload on the grid, or None when the shares are not that seed's."""
     keys = advertised(first)
     seed = shamir.combine(s_shares[:t], t)
-    s_private, s_public = crypto.keypair_from_seed(seed)
-    if s_public != keys[u][1]:
+    if crypto.keypair_from_seed(seed)[1] != keys[u][1]:
         return None
     answer = struct.Struct("<BIH")
     b_shares = [(x, blob[answer.size:]) for tr in first.transfers if tr.step == "reveal" and tr.kind == "share"
                 for blob in tr.blobs for kind, owner, x in [answer.unpack(blob[:answer.size])] if kind == 0 and owner == u]
-    b_seed = shamir.combine(b_shares[:t], t)
-    y = np.frombuffer(next(tr.blobs[0] for tr in first.transfers if tr.step == "input" and tr.sender == f"client{u}"),
-                      dtype="<u4").astype(np.uint32)
-    y -= crypto.expand(crypto.self_mask_key(b_seed), y.size, y.dtype)
-    for v in keys:
-        if v != u:
-            mask = crypto.expand(crypto.pair_key(crypto.agree(s_private, keys[v][1]), b"pair-mask", u, v), y.size, y.dtype)
-            y = y - mask if u < v else y + mask
-    return y.view(np.int32) * 2.0 ** -first.details["frac_bits"]
+    masked = next(tr.blobs[0] for tr in first.transfers if tr.step == "input" and tr.sender == f"client{u}")
+    d = first.details
+    grid = make_grid(d["bits"], d["clip_range"], d["frac_bits"], first.num_clients, False)
+    return unmask_input(masked, u, seed, {v: s_pk for v, (_, s_pk) in keys.items() if v != u},
+                        shamir.combine(b_shares[:t], t), grid)
 
 
 @pytest.mark.parametrize("binding", [True, False], ids=["bound", "unbound"])
