@@ -37,6 +37,10 @@ EVALUATION_MODES = ("local_model", "global_model")
 METHOD_PROTOCOL_DEFAULTS = {"opfgl": OPFGL_PROTOCOL_DEFAULTS, "fedomd": FEDOMD_PROTOCOL_DEFAULTS}
 # Methods that evaluate on the settings' graphs (--evaluate beyond seen): they pass predict_on to the tracker.
 SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfgl", "fedlog"}
+# Methods whose tensors stay on the CPU: --device cuda is refused for them rather than ignored. dp-sgd's
+# per-node gradients (torch.func over the whole client graph) and FedLoG's and FedGPL's per-client models
+# have never been moved to a device; the others run on --device (tests/test_cuda.py on a GPU).
+CPU_ONLY_METHODS = ("dp-sgd", "fedgpl", "fedlog")
 
 
 @dataclass
@@ -100,6 +104,9 @@ class RunConfig:
             bad("optimizer", self.optimizer, ", ".join(OPTIMIZERS))
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             bad("device", self.device, "cpu, cuda, cuda:N")
+        if self.device != "cpu" and self.method in CPU_ONLY_METHODS:
+            raise ConfigError(f"--device {self.device}: {self.method} runs on the CPU only; use --device cpu "
+                              f"(methods that run on a GPU: {', '.join(m for m in METHODS if m not in CPU_ONLY_METHODS)})")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
         if self.threads is not None and self.threads < 1:
@@ -312,6 +319,14 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     threads = torch.get_num_threads()
+    deterministic_before = (torch.are_deterministic_algorithms_enabled(),
+                            torch.is_deterministic_algorithms_warn_only_enabled())
+    if cfg.device.startswith("cuda"):
+        # Same seed, same run on a GPU too: CUDA kernels that accumulate with atomics (index_add_, the
+        # backward of index_select, scatter) may sum in a different order on every call; torch has
+        # deterministic variants of most (used), and warns for the others. cuBLAS needs a fixed workspace.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         setup = build_setup(cfg, data)
         allocator = apply_allocator(cfg.allocator, setup.extras["num_nodes"] * max(cfg.hidden, setup.num_classes) * 4)
@@ -322,6 +337,7 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
             setup.federation.protocol.close()  # e.g. stop crypten's party processes
     finally:
         torch.set_num_threads(threads_before)
+        torch.use_deterministic_algorithms(deterministic_before[0], warn_only=deterministic_before[1])
     total_s = time.perf_counter() - start
     params = setup.extras["protocol_params"]
     config = {**dataclasses.asdict(cfg), "threads": threads, "allocator_used": allocator,

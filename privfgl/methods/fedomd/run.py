@@ -65,7 +65,7 @@ class Client:
     """One party: its subgraph, its model, optimizer and dropout generator (client-side state)."""
 
     def __init__(self, k: int, data, model: OrthoGCN, p: FedOMDParams, seed: int, device: torch.device):
-        self.k = k
+        self.k, self.device = k, device
         x = row_normalize(data.x.float()) if p.features == "row" else data.x.float()
         sparse = x.numel() and float((x != 0).float().mean()) < SPARSE_BELOW
         self.x = SparseFeatures(x).to(device) if sparse else x.to(device)
@@ -116,13 +116,17 @@ class Client:
             hidden = [h.clamp(0.0, p.cmd_bound) / p.cmd_bound for h in hidden]  # is at most n_i in size
         self._hidden = hidden if self.stats_mask is None else [h[self.stats_mask] for h in hidden]
 
+    def _on_device(self, received: Tensors | None) -> Tensors | None:
+        """A broadcast's tensors (they arrive on the CPU) on this client's device."""
+        return None if received is None else {n: v.to(self.device) for n, v in received.items()}
+
     def upload_hidden_sums(self) -> Tensors:
         return {**hidden_sums(self._hidden), "n": torch.tensor(float(self.n_stats), dtype=torch.float64)}
 
     def upload_moment_sums(self, global_mean: Tensors, max_order: int) -> Tensors:
         """The moment sums with their own count n_i: under --dp each message is clipped by its own
         factor, so the server must divide these sums by their own (clipped) count, not hidden_sums'."""
-        return {**moment_sums(self._hidden, global_mean, max_order),
+        return {**moment_sums(self._hidden, self._on_device(global_mean), max_order),
                 "n": torch.tensor(float(self.n_stats), dtype=torch.float64)}
 
     def diagnose(self, ce, d, global_mean: Tensors, global_moments: Tensors) -> None:
@@ -146,6 +150,7 @@ class Client:
     def step(self, p: FedOMDParams, global_mean: Tensors | None, global_moments: Tensors | None,
              diagnose: bool = False) -> float:
         """`local_steps` steps on Eq. 12 (the first reuses the forward pass of the exchange)."""
+        global_mean, global_moments = self._on_device(global_mean), self._on_device(global_moments)
         for s in range(p.local_steps):
             if s:
                 self.forward()
