@@ -8,6 +8,7 @@ upload MB per client per round, peak RSS, and test accuracy.
     python experiments/bench_scale.py                                   # N 1e5, 1e6 x K 10, 100, 1000
     python experiments/bench_scale.py --nodes 100000 --clients 10 100 --protocols plain
     python experiments/bench_scale.py --doc docs/scale.md               # also write the table there
+    python experiments/bench_scale.py --device cuda --doc docs/gpu.md   # on a GPU (its own block of the page)
 
 The graph: `contextual_sbm(N, 10 classes, 128 features, homophily 0.8, average degree 5, seed 0)`;
 FedAvg defaults otherwise (2-layer GCN, hidden 64, 3 local epochs), `--rounds` rounds, one thread
@@ -29,7 +30,8 @@ PROTOCOLS = {"plain": ("plain", {}), "secagg": ("secagg", {"graph": "kregular"})
              "secagg64": ("secagg", {"graph": "kregular", "bits": 64, "clip_range": 2 ** 20})}
 
 
-def one(nodes: int, clients: int, protocol: str, rounds: int, threads: int, allocator: str) -> dict:
+def one(nodes: int, clients: int, protocol: str, rounds: int, threads: int, allocator: str,
+        device: str = "cpu") -> dict:
     """One run in this process; returns its row."""
     import resource
 
@@ -74,7 +76,8 @@ def one(nodes: int, clients: int, protocol: str, rounds: int, threads: int, allo
     name, params = PROTOCOLS[protocol]
     cfg = RunConfig(method="fedavg", dataset=f"sbm-{nodes}", partition="metis", clients=clients, rounds=rounds,
                     protocol=name, protocol_params=dict(params), threads=threads,
-                    progress=False, transcript="none", evaluation="local_model", allocator=allocator)
+                    progress=False, transcript="none", evaluation="local_model", allocator=allocator,
+                    device=device)
     record, _ = run(cfg, data=data)
     phases = record["time"]["phases"]
     per_round = sum(phases.values()) / rounds
@@ -96,6 +99,8 @@ def one(nodes: int, clients: int, protocol: str, rounds: int, threads: int, allo
             "protocol_s": round(sum(phases.get(k, 0.0) for k in ("protect", "aggregate", "reveal")) / rounds, 3),
             "mb_up_client_round": round(cost["bytes_up"] / clients / rounds / 1e6, 3),
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 2),
+            **({"gpu_peak_gb": round(__import__("torch").cuda.max_memory_allocated(device) / 2**30, 2)}
+               if device.startswith("cuda") else {}),
             "test_acc": round(record["metrics"]["test_acc"], 4)}
 
 
@@ -107,21 +112,30 @@ def _clock() -> tuple[float, float, float]:
 
 
 def table(rows: list[dict]) -> str:
+    gpu = any("gpu_peak_gb" in r for r in rows)  # a GPU run: its peak GPU memory beside the process's RSS
     head = ("| nodes | clients | protocol | allocator | graph s | setup s (partition, split) | s / round | "
             "of it: training | protocol | CPU s / round (of it: system) | MB up / client / round | peak RSS GB | "
-            "test acc | first round s | s / round after it | CPU s / round after it (system) |")
-    lines = [head, "|" + "---|" * 16]
+            + ("GPU peak GB | " if gpu else "")
+            + "test acc | first round s | s / round after it | CPU s / round after it (system) |")
+    columns = 16 + gpu
+    lines = [head, "|" + "---|" * columns]
     for r in rows:
         if "error" in r:
             error = r["error"].replace("|", "")  # a value's |x| would break the table
-            lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {error} |" + " |" * 12)
+            lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {error} |" + " |" * (columns - 4))
             continue
         lines.append(f"| {r['nodes']:,} | {r['clients']} | {r['protocol']} | {r['allocator']} | {r['graph_s']} | "
                      f"{r['setup_s']} | {r['round_s']} | {r['train_s']} | {r['protocol_s']} | "
                      f"{r['cpu_round_s']} ({r['sys_round_s']}) | {r['mb_up_client_round']} | {r['peak_rss_gb']} | "
-                     f"{r['test_acc']} | {r.get('first_round_s', '—')} | {r.get('steady_round_s', '—')} | "
+                     + (f"{r.get('gpu_peak_gb', '—')} | " if gpu else "")
+                     + f"{r['test_acc']} | {r.get('first_round_s', '—')} | {r.get('steady_round_s', '—')} | "
                      f"{r.get('steady_cpu_round_s', '—')} ({r.get('steady_sys_round_s', '—')}) |")
     return "\n".join(lines)
+
+
+def _gpu_name(device: str) -> str:
+    import torch
+    return torch.cuda.get_device_name(device) if torch.cuda.is_available() else "no CUDA device"
 
 
 def main() -> None:
@@ -136,18 +150,21 @@ def main() -> None:
     p.add_argument("--allocator", default="auto", choices=["auto", "keep", "system"],
                    help="privfgl.allocator: auto (default) keeps freed memory past glibc's mmap ceiling (1M nodes)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per run before it is reported as a timeout")
-    p.add_argument("--doc", help="also write the table (and the command) to this Markdown file")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the runs train")
+    p.add_argument("--doc", help="also write the table (and the command) to this Markdown file (a block of its "
+                                 "own per device)")
     p.add_argument("--one", nargs=3, metavar=("N", "K", "PROTOCOL"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
-        print(json.dumps(one(int(a.one[0]), int(a.one[1]), a.one[2], a.rounds, a.threads, a.allocator)), flush=True)
+        print(json.dumps(one(int(a.one[0]), int(a.one[1]), a.one[2], a.rounds, a.threads, a.allocator, a.device)),
+              flush=True)
         return
     rows = []
     for nodes in a.nodes:
         for clients in a.clients:
             for protocol in a.protocols:
                 cmd = [sys.executable, __file__, "--one", str(nodes), str(clients), protocol, "--rounds",
-                       str(a.rounds), "--threads", str(a.threads), "--allocator", a.allocator]
+                       str(a.rounds), "--threads", str(a.threads), "--allocator", a.allocator, "--device", a.device]
                 try:
                     env = {**os.environ, **dict(kv.split("=", 1) for kv in a.env)}
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
@@ -165,10 +182,14 @@ def main() -> None:
     if a.doc:  # the block between <!-- bench_scale --> markers of the page (the page's prose stays)
         command = "python experiments/bench_scale.py " + " ".join(sys.argv[1:])
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        block = (f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (2-core CPU, one "
-                 f"torch thread per run, {a.rounds} rounds per run; load average at the end {load}).\n\n{text}\n")
+        where = (f"{os.cpu_count()}-core CPU" if a.device == "cpu" else
+                 f"{a.device}: {_gpu_name(a.device)}, beside a {os.cpu_count()}-core CPU")
+        block = (f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({where}, "
+                 f"{a.threads} torch thread(s) per run, {a.rounds} rounds per run; load average at the end {load})."
+                 f"\n\n{text}\n")
         page = Path(a.doc).read_text() if Path(a.doc).exists() else "# FedAvg at scale\n\n"
-        start, end = "<!-- bench_scale -->", "<!-- /bench_scale -->"
+        tag = "bench_scale" if a.device == "cpu" else f"bench_scale {a.device}"
+        start, end = f"<!-- {tag} -->", f"<!-- /{tag} -->"
         if start in page and end in page:
             page = page[:page.index(start) + len(start)] + "\n" + block + page[page.index(end):]
         else:
