@@ -246,9 +246,9 @@ privfgl does (privfgl prints one table at the end).
 `make install TORCH_INDEX=https://download.pytorch.org/whl/cu130` (or the index matching the
 machine's CUDA driver) installs the CUDA build of the pinned torch 2.13.0 instead of the CPU wheel
 (its own stamp, so a CPU venv is reinstalled once); then `--device cuda` puts the models and the
-clients' graphs on the GPU (coded, never run on one). Without a GPU `--device cuda` stops with one
-line before the run. Not run on a GPU: no session working on issue #21 has had a device (the sessions' device tool reported
-none lent), so no GPU time stands beside the CPU's; nothing in the tests or `make run` needs one.
+clients' graphs on the GPU. Without a GPU `--device cuda` stops with one line before the run; nothing
+in the tests or `make run` needs one. What runs there, and FedAvg and O-pFGL timed on an H100 beside
+the same machine's CPU (Cora is too small for a GPU; a million nodes are not): [gpu.md](gpu.md).
 """
 
 
