@@ -25,11 +25,12 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from privfgl.doc_block import write_block
 
 JOBS = {"fedavg": {"method": "fedavg", "dataset": "cora", "partition": "louvain", "clients": 10, "rounds": 100},
         "opfgl": {"method": "opfgl", "dataset": "cora", "partition": "louvain", "clients": 10}}
-START, END = "<!-- bench_device -->", "<!-- /bench_device -->"
+TAG = "bench_device"  # the page's block this script rewrites (privfgl.doc_block)
 
 
 def one(job: str, device: str, seed: int, threads: int | None) -> dict:
@@ -98,8 +99,7 @@ def main() -> None:
     p.add_argument("--devices", nargs="+", default=["cpu", "cuda"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads per run (default: torch's own)")
-    p.add_argument("--doc", help="also write the table (and the command) to this Markdown file, between "
-                                 f"{START} and {END}")
+    p.add_argument("--doc", help=f"also write the table (and the command) to this Markdown file (its {TAG} block)")
     p.add_argument("--one", nargs=3, metavar=("JOB", "DEVICE", "SEED"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
@@ -124,12 +124,7 @@ def main() -> None:
              f"torch CPU threads per run: {rows[0].get('threads', 'default') if rows else '—'}.\n\n{text}\n")
     print(block)
     if a.doc:
-        page = Path(a.doc).read_text() if Path(a.doc).exists() else "# Speed\n\n"
-        if START in page and END in page:
-            page = page[:page.index(START) + len(START)] + "\n" + block + page[page.index(END):]
-        else:
-            page = page.rstrip("\n") + f"\n\n{START}\n{block}{END}\n"
-        Path(a.doc).write_text(page)
+        write_block(a.doc, TAG, block, "GPU: `--device cuda`")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from privfgl.doc_block import write_block
 
 # secagg64: a 64-bit ring and a wider range, for clients whose pre-weighted uploads (n_k·w_k) pass the
 # default clip_range of 4096 (1M nodes over 10 clients: |n_k·w_k| up to ≈ 2e4; the default raises).
@@ -187,14 +188,7 @@ def main() -> None:
         block = (f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({where}, "
                  f"{a.threads} torch thread(s) per run, {a.rounds} rounds per run; load average at the end {load})."
                  f"\n\n{text}\n")
-        page = Path(a.doc).read_text() if Path(a.doc).exists() else "# FedAvg at scale\n\n"
-        tag = "bench_scale" if a.device == "cpu" else f"bench_scale {a.device}"
-        start, end = f"<!-- {tag} -->", f"<!-- /{tag} -->"
-        if start in page and end in page:
-            page = page[:page.index(start) + len(start)] + "\n" + block + page[page.index(end):]
-        else:
-            page = page.rstrip("\n") + f"\n\n{start}\n{block}{end}\n"
-        Path(a.doc).write_text(page)
+        write_block(a.doc, "bench_scale" if a.device == "cpu" else f"bench_scale {a.device}", block, "FedAvg at scale")
 
 
 if __name__ == "__main__":
