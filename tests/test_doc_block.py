@@ -16,3 +16,8 @@ def test_a_block_is_appended_then_replaced_and_the_prose_and_other_blocks_stay(t
 def test_a_missing_page_is_created_with_its_title(tmp_path):
     write_block(tmp_path / "new.md", "bench cuda", "rows\n", "GPU")
     assert (tmp_path / "new.md").read_text() == "# GPU\n\n<!-- bench cuda -->\nrows\n<!-- /bench cuda -->\n"
+
+
+def test_without_a_title_a_new_page_is_the_block_alone(tmp_path):
+    write_block(tmp_path / "new.md", "sweep:x", "table\n")
+    assert (tmp_path / "new.md").read_text() == "<!-- sweep:x -->\ntable\n<!-- /sweep:x -->\n"

@@ -21,6 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
+from privfgl.doc_block import write_block
 from privfgl.sweep.config import Sweep
 from privfgl.sweep.runner import record_path
 
@@ -279,15 +280,9 @@ def update_doc(sweep: Sweep, table: str, plots_written: list[Path]) -> Path:
         links.append(f"![{path.stem}](img/{sweep.name}/{path.name})" if page.parent.name == "docs"
                      else f"![{path.stem}]({(images / path.name).relative_to(page.parent)})")
     command = f"privfgl sweep {shown(sweep.source)}"
-    block = (f"<!-- sweep:{sweep.name} -->\n<!-- written by `{command}`; edits between these markers are "
-             f"replaced -->\n\n{table}\n" + "".join(f"{link}\n" for link in links) + f"<!-- /sweep:{sweep.name} -->")
-    text = page.read_text() if page.is_file() else ""
-    start, end = f"<!-- sweep:{sweep.name} -->", f"<!-- /sweep:{sweep.name} -->"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
-    page.write_text(text)
+    block = (f"<!-- written by `{command}`; edits between these markers are replaced -->\n\n{table}\n"
+             + "".join(f"{link}\n" for link in links))
+    write_block(page, f"sweep:{sweep.name}", block)
     return page
 
 
