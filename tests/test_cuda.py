@@ -65,4 +65,3 @@ def test_the_same_seed_gives_the_same_run_on_the_gpu(planetoid_root):
     a, _ = cora_run(planetoid_root, rounds=5, seed=3, device=DEVICE)
     b, _ = cora_run(planetoid_root, rounds=5, seed=3, device=DEVICE)
     assert a["metrics"]["curve"] == b["metrics"]["curve"]
-
