@@ -72,8 +72,9 @@ def _median(rows: list[dict], key: str) -> str:
 
 
 def table(rows: list[dict], jobs: list[str], devices: list[str]) -> str:
-    lines = ["| job | device | runs | whole process, s: median (min–max) | in-run `time.total_s`, s | of it: the method's phases, s | "
-             "test acc (per seed) | GPU peak memory, MB | × CPU, whole process | × CPU, in-run |",
+    lines = ["| job | device | runs | whole process, s: median (min–max) | in-run `time.total_s`, s | "
+             "of it: the method's phases, s | test acc (per seed) | GPU peak memory, MB | "
+             "× CPU, whole process | × CPU, in-run |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for job in jobs:
         base = [r for r in rows if r["job"] == job and r["device"] == "cpu" and "error" not in r]

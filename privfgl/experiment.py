@@ -105,8 +105,9 @@ class RunConfig:
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             bad("device", self.device, "cpu, cuda, cuda:N")
         if self.device != "cpu" and self.method in CPU_ONLY_METHODS:
+            gpu_methods = ", ".join(m for m in METHODS if m not in CPU_ONLY_METHODS)
             raise ConfigError(f"--device {self.device}: {self.method} runs on the CPU only; use --device cpu "
-                              f"(methods that run on a GPU: {', '.join(m for m in METHODS if m not in CPU_ONLY_METHODS)})")
+                              f"(methods that run on a GPU: {gpu_methods})")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
         if self.threads is not None and self.threads < 1:
