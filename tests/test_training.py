@@ -24,9 +24,14 @@ def random_clients(sizes=(30, 50, 20), features=40, classes=4, seed=0, dense=Fal
 FEATURES = {"sparse": {}, "dense-balanced": {"dense": True}, "dense-unbalanced": {"dense": True, "sizes": (10, 80, 10)}}
 
 
+@pytest.mark.parametrize("swapped_grad", [False, True])
 @pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("model", ["gcn", "sage", "sgc", "mlp"])
-def test_stacked_engine_trains_exactly_like_one_model_per_client(model, features):
+def test_stacked_engine_trains_exactly_like_one_model_per_client(monkeypatch, model, features, swapped_grad):
+    """swapped_grad: the last layer's weight gradient as (gᵀ h)ᵀ, as for clients of SWAPPED_GRAD_ROWS rows."""
+    from privfgl.models import stacked
+    if swapped_grad:
+        monkeypatch.setattr(stacked, "SWAPPED_GRAD_ROWS", 1)
     clients = random_clients(**FEATURES[features])
     cfg = ModelConfig(model=model, hidden=16, dropout=0.0)
     init = [init_params(cfg, 40, 4, seed=k) for k in range(3)]
@@ -41,6 +46,40 @@ def test_stacked_engine_trains_exactly_like_one_model_per_client(model, features
         assert pa.keys() == pb.keys()
         for name in pa:
             assert torch.allclose(pa[name], pb[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize("dense", [True, False])
+def test_a_dense_input_is_propagated_once_so_no_step_gathers_hidden_rows(monkeypatch, model, dense):
+    """Dense features: the first layer is (Â x) W with Â x computed once, not Â (x W), so no training
+    step multiplies the graph by [N, hidden] rows (the gather that outgrows the cache at 1M nodes).
+    Bag-of-words features keep Â (x W): Â x would be denser than x."""
+    from privfgl.models import stacked
+    widths = []
+    product = stacked.FixedSparse.__matmul__
+    graph_products = lambda a, h: widths.append(h.shape[1]) if a.a.shape[0] == a.a.shape[1] else None
+    monkeypatch.setattr(stacked.FixedSparse, "__matmul__", lambda a, h: graph_products(a, h) or product(a, h))
+    cfg = ModelConfig(model=model, hidden=16, dropout=0.5)
+    engine = StackedTrainers(random_clients(dense=dense), cfg, [init_params(cfg, 40, 4, seed=k) for k in range(3)])
+    engine.train(3)
+    gathered_hidden = widths.count(16)
+    if dense:
+        assert gathered_hidden == 0 and widths.count(40) == 1  # x [N, 40] propagated once
+    else:
+        assert gathered_hidden == 3  # once per step
+
+
+def test_the_swapped_weight_gradient_is_autograds_up_to_rounding():
+    from privfgl.models.stacked import _BatchedLinear
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 50, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(3, 8, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(_BatchedLinear.apply, (h, w))
+    upstream = torch.randn(3, 50, 4, dtype=torch.float64, generator=g)
+    ours = torch.autograd.grad((_BatchedLinear.apply(h, w) * upstream).sum(), (h, w))
+    theirs = torch.autograd.grad((torch.bmm(h, w) * upstream).sum(), (h, w))
+    assert torch.equal(ours[0], theirs[0])  # the input's gradient is the same product
+    assert torch.allclose(ours[1], theirs[1], rtol=1e-12, atol=0)
 
 
 def test_a_client_model_depends_only_on_its_own_data():

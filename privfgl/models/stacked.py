@@ -22,6 +22,8 @@ from torch_geometric.utils import add_remaining_self_loops, degree
 
 STACKABLE = ("gcn", "sage", "sgc", "mlp")
 MAX_PADDING = 0.5  # dense inputs: padded batch at most 1.5x the input's rows, else a loop over clients
+SWAPPED_GRAD_ROWS = 4096  # clients of this many rows: narrow layers' weight gradient as (gᵀ h)ᵀ (_BatchedLinear)
+DENSE_INPUT = 0.25  # fraction of non-zero entries from which an input is handled as dense
 
 
 class BlockGraph:
@@ -63,6 +65,24 @@ class BlockGraph:
             self._cache["mean"] = FixedSparse(dst, src, 1.0 / deg[dst], self.num_nodes, self.num_nodes)
         return self._cache["mean"]
 
+    def dense_input(self) -> bool:
+        """Whether x is dense (>= a quarter of its entries non-zero; bag-of-words inputs are not): the
+        first GCN/SAGE layer then propagates x once, (Â x) W instead of Â (x W) (`propagated_input`)."""
+        if "dense" not in self._cache:
+            self._cache["dense"] = bool(self.x.numel()) and float((self.x != 0).float().mean()) >= DENSE_INPUT
+        return self._cache["dense"]
+
+    def propagated_input(self, op: str) -> torch.Tensor:
+        """Â x (op "gcn") or M x (op "mean") [N, F], computed once. For a dense x, (Â x) W equals Â (x W)
+        up to float rounding and costs one dense product per step instead of a dense product and a
+        sparse gather of [N, hidden] rows in random order, forward and backward: the gather that
+        outgrows the CPU's cache on 100k-node clients (docs/scale.md)."""
+        if op == "gcn":
+            return self.propagated_features(1)
+        if "prop:mean" not in self._cache:
+            self._cache["prop:mean"] = self.mean_adj() @ self.x
+        return self._cache["prop:mean"]
+
     def propagated_features(self, hops: int) -> torch.Tensor:
         """Â^hops x [N, F] (fixed, for SGC)."""
         key = f"sgc{hops}"
@@ -86,7 +106,7 @@ class BlockGraph:
         K, F_in, out = weight.shape
         if key not in self._cache:
             density = float((x != 0).float().mean()) if x.numel() else 0.0
-            if density < 0.25:
+            if density < DENSE_INPUT:
                 rows, cols = x.nonzero(as_tuple=True)
                 block_cols = self.client_of[rows] * F_in + cols
                 self._cache[key] = FixedSparse(rows, block_cols, x[rows, cols], self.num_nodes, K * F_in)
@@ -127,7 +147,11 @@ class BlockGraph:
     def linear(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Rows of h [N, in] times their client's weight[c], weight [K, in, out] -> [N, out] (padded bmm)."""
         K, inn, out = weight.shape
-        result = torch.bmm(self.pad(h).view(K, self.n_max, inn), weight)
+        padded = self.pad(h).view(K, self.n_max, inn)
+        if self.n_max >= SWAPPED_GRAD_ROWS and out < inn:
+            result = _BatchedLinear.apply(padded, weight)
+        else:
+            result = torch.bmm(padded, weight)
         return self.unpad(result.view(K * self.n_max, out))
 
     def bias(self, b: torch.Tensor) -> torch.Tensor:
@@ -143,6 +167,26 @@ def to_stacked(name: str, tensor: torch.Tensor) -> torch.Tensor:
 def from_stacked(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """The inverse of `to_stacked`: back to PyG's [..., out, in] layout."""
     return tensor.transpose(-1, -2).contiguous() if name.endswith("weight") else tensor
+
+
+class _BatchedLinear(torch.autograd.Function):
+    """y = bmm(h, w) for h [K, n, in], w [K, in, out], out < in (e.g. the last layer: hidden -> classes).
+    The gradient of h is autograd's own; w's is computed as (gᵀ h)ᵀ [K, in, out] instead of hᵀ g, the
+    same sums in another order: MKL's hᵀ g with a narrow out runs 3-10x slower (one thread, out 10,
+    in 64: 250 ns per row at n = 10k, 690 at 100k, against 70-80 for (gᵀ h)ᵀ; docs/scale.md). Used from
+    SWAPPED_GRAD_ROWS rows per client, so that smaller federations keep their records bit for bit."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(h, w)
+        return torch.bmm(h, w)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, w = ctx.saved_tensors
+        grad_h = torch.bmm(grad, w.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_w = torch.bmm(grad.transpose(1, 2), h).transpose(1, 2) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_w
 
 
 class _FixedSparseMatmul(torch.autograd.Function):
@@ -231,12 +275,21 @@ def stacked_forward(arch: str, params: dict[str, torch.Tensor], graph: BlockGrap
     for i in range(layers):
         first = i == 0
         lin = (lambda w, key: graph.input_linear(h, w, key)) if first else (lambda w, key: graph.linear(h, w))
+        propagate_first = first and graph.dense_input()  # (Â x) W: no gather of hidden rows
         if arch == "gcn":
-            out = graph.gcn_adj() @ lin(params[f"convs.{i}.lin.weight"], "in:x") + graph.bias(params[f"convs.{i}.bias"])
+            weight = params[f"convs.{i}.lin.weight"]
+            if propagate_first:
+                out = graph.input_linear(graph.propagated_input("gcn"), weight, "in:gcn-x")
+            else:
+                out = graph.gcn_adj() @ lin(weight, "in:x")
+            out = out + graph.bias(params[f"convs.{i}.bias"])
         elif arch == "sage":
-            out = (graph.mean_adj() @ lin(params[f"convs.{i}.lin_l.weight"], "in:x")
-                   + graph.bias(params[f"convs.{i}.lin_l.bias"])
-                   + lin(params[f"convs.{i}.lin_r.weight"], "in:x"))
+            weight = params[f"convs.{i}.lin_l.weight"]
+            if propagate_first:
+                neighbours = graph.input_linear(graph.propagated_input("mean"), weight, "in:mean-x")
+            else:
+                neighbours = graph.mean_adj() @ lin(weight, "in:x")
+            out = neighbours + graph.bias(params[f"convs.{i}.lin_l.bias"]) + lin(params[f"convs.{i}.lin_r.weight"], "in:x")
         elif arch == "mlp":
             out = lin(params[f"lins.{i}.weight"], "in:x") + graph.bias(params[f"lins.{i}.bias"])
         else:
