@@ -8,7 +8,12 @@ per row (ns) at each size and the growth of the total (x, 10 = linear):
 - stream: `h * 2` over [N, 64] (reads and writes every row once, in order);
 - dense: the first layer's batched product [10, n, 128] @ [10, 128, 64];
 - gather: Â @ h for a random graph inside each client (average degree 5 plus self-loops; the
-  contextual SBM's edges inside a class are uniform), CSR with int32 indices, as in the engine.
+  contextual SBM's edges inside a class are uniform), CSR with int32 indices: the first layer's
+  propagation before the engine propagated dense inputs once ((Â x) W, privfgl/models/stacked.py);
+- gather, 10 wide: the same Â @ h over [N, 10] rows, the last layer's propagation (10 classes);
+- wgrad hᵀg: the last layer's weight gradient [10, 64, n] @ [10, n, 10] as autograd's bmm backward
+  computes it; wgrad (gᵀh)ᵀ: the same sums as the engine computes them from 4096 rows per client
+  (`_BatchedLinear`).
 
     python experiments/bench_node_growth.py            # 100k vs 1M nodes, 10 clients
     python experiments/bench_node_growth.py --repeats 7
@@ -50,7 +55,12 @@ def kernels(nodes: int, clients: int, generator: torch.Generator) -> dict:
     x = torch.randn(clients, per, 128, generator=generator)
     w = torch.randn(clients, 128, 64, generator=generator)
     adj = client_graph(nodes, clients, 5.0, generator)
-    return {"stream": lambda: h * 2, "dense": lambda: torch.bmm(x, w), "gather": lambda: adj @ h}
+    h3, g3 = h.view(clients, per, 64), torch.randn(clients, per, 10, generator=generator)
+    narrow = torch.randn(nodes, 10, generator=generator)
+    return {"stream": lambda: h * 2, "dense": lambda: torch.bmm(x, w), "gather": lambda: adj @ h,
+            "gather, 10 wide": lambda: adj @ narrow,
+            "wgrad hᵀg": lambda: torch.bmm(h3.transpose(1, 2), g3),
+            "wgrad (gᵀh)ᵀ": lambda: torch.bmm(g3.transpose(1, 2), h3).transpose(1, 2)}
 
 
 def main() -> None:
