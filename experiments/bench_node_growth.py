@@ -1,4 +1,5 @@
-"""Why a round at 10 clients costs more than 10x when the graph grows 10x (issue #21, docs/scale.md).
+"""Which kernels of a round grow faster than the graph at 10 clients (issue #21, docs/scale.md): why the
+round grew 14x for 10x the nodes before the engine stopped gathering hidden rows, and what it runs now.
 
 The stacked engine's per-round work is a handful of kernels over the clients' rows. This times each
 kernel of a GCN layer alone, at the two sizes of bench_scale's 10-client rows (100k and 1M nodes,
