@@ -3,9 +3,12 @@
 Louvain, round 0 unless said.
 Prints one row per setting (mean and range over every client, beside the two nulls and the prior's
 label), and, with --by-holders, the per-feature AUC of the plain settings by how many of the client's
-nodes hold the word and by how many hidden units it moved on (where the attack loses).
+nodes hold the word and by how many hidden units it moved on (where the attack loses); with --oracle,
+per client, how many training nodes own an atom (a node holding words no other node holds) and the
+per-feature AUC when the truth replaces the rows matched to the training nodes without an atom, or to
+those with one (which rows the shortfall is in).
 
-    PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] [--by-holders]
+    PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] [--by-holders] [--oracle]
 
 Settings (name: run flags): k20-s0 / k20-s1 (K = 20, seeds 0 and 1), k10 (K = 10), k20-secagg,
 k20-ckks and k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise),
@@ -26,8 +29,10 @@ from sklearn.metrics import roc_auc_score
 from attacks import run_attacks
 from attacks.audit import public_knowledge
 from attacks.gradient_inversion import GradientInversion
-from attacks.metrics import match_rows
-from attacks.support_dictionary import MOVED_TOL, off_decay_movement, support_dictionary
+from attacks.metrics import feature_metrics, match_rows
+from attacks.multistep_inversion import receptive_vocabulary
+from attacks.support_dictionary import (MOVED_TOL, _unclipped_movement, atom_rows, off_decay_movement, support_atoms,
+                                        support_dictionary)
 from attacks.updates import client_update
 from attacks.view import adversary_view
 from privfgl.data import load_dataset
@@ -74,10 +79,40 @@ def per_word(setup, cfg) -> list[tuple[float, int, int]]:
     return out
 
 
+def oracle_rows(setup, cfg) -> list[tuple[int, int, int, float, float, float]]:
+    """Per client: (training nodes, of them owning an atom, atoms, per-feature AUC as attacked, with the
+    truth in the rows of the training nodes without an atom, with the truth in those with one)."""
+    k = public_knowledge(setup, cfg)
+    view = adversary_view(setup.federation.transcript)
+    out = []
+    for i, c in enumerate(setup.clients):
+        update = client_update(view, i, 0)
+        delta, movement = _unclipped_movement(update.before, update.delta(), k, ())
+        moved = np.abs(movement) > MOVED_TOL
+        words = receptive_vocabulary(update.before, delta, k).nonzero().view(-1).numpy()
+        atoms = support_atoms(moved, words)
+        rows = atom_rows(movement, moved, words, atoms)
+        x, train = (c.x > 0).numpy(), c.train_mask.nonzero().view(-1).numpy()
+        owners = set()
+        for _, own in atoms:  # an atom's words held by exactly one node: that node owns it
+            holders = np.nonzero(x[:, own].all(1))[0]
+            if holders.size == 1:
+                owners.add(int(holders[0]))
+        owns = np.array([t in owners for t in train])
+        truth = x[train].astype(float)
+        matched = rows[match_rows(rows, truth)]
+        auc = lambda r: feature_metrics(r, truth)["auc_per_feature"]
+        without, with_ = matched.copy(), matched.copy()
+        without[~owns], with_[owns] = truth[~owns], truth[owns]
+        out.append((len(train), int(owns.sum()), len(atoms), auc(matched), auc(without), auc(with_)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--by-holders", action="store_true")
+    ap.add_argument("--oracle", action="store_true")
     args = ap.parse_args()
     datasets: dict = {}
     print("| setting | target | training nodes | per-feature AUC | marginals / words permuted | AUC (marginals) "
@@ -108,6 +143,11 @@ def main() -> None:
         none = {f.metrics["no_input"].replace(f.target, "each client") for f in found if "no_input" in f.metrics}
         if none:
             print(f"| {name} | no input ({sum('no_input' in f.metrics for f in found)}) | {'; '.join(sorted(none))} | | | | | | | |")
+        if args.oracle and set(SETTINGS[name]) <= {"clients", "seed"}:
+            print(f"    {name}, per client: training nodes (owning an atom), atoms, per-feature AUC as attacked | "
+                  "truth in the rows of the nodes without an atom | truth in those with one")
+            for i, (n, owning, atoms, auc, without, with_) in enumerate(oracle_rows(setup, cfg)):
+                print(f"    client {i}: {n} ({owning}), {atoms}, {auc:.3f} | {without:.3f} | {with_:.3f}")
         if args.by_holders and set(SETTINGS[name]) <= {"clients", "seed"}:
             words = np.array(per_word(setup, cfg), dtype=float)
             loss = (1 - words[:, 0]).sum()
