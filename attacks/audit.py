@@ -1,6 +1,7 @@
 """`privfgl audit`: run a method, then attacks on the adversary's view; findings go to the record."""
 from __future__ import annotations
 
+import inspect
 import time
 
 import torch
@@ -23,6 +24,7 @@ from attacks.split_topology import SplitTopology
 from attacks.stats_reconstruction import StatsReconstruction
 from attacks.view import adversary_view
 from privfgl.federation import SERVER
+from protocols.base import client as client_name
 
 ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "label-inference": LabelInference,
                                     "stats-reconstruction": StatsReconstruction, "he-key-recovery": HEKeyRecovery,
@@ -38,12 +40,18 @@ def parse_attack(spec: str) -> Attack:
     name, _, rest = spec.partition(":")
     if name not in ATTACKS:
         raise ValueError(f"unknown attack {name!r}; valid: {', '.join(ATTACKS)}")
+    signature = inspect.signature(ATTACKS[name])
+    valid = [n for n, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
     params: dict = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"attack {name}: {item!r} is not KEY=VALUE")
+        if key not in valid and len(valid) == len(signature.parameters):
+            raise ValueError(f"attack {name}: unknown parameter {key!r}; valid: {', '.join(valid) or 'none'}")
         if key == "clients":
+            if not all(v.isdigit() for v in value.split("+")):
+                raise ValueError(f"attack {name}: clients={value!r}: expected client indices joined by +, e.g. 0+3")
             params[key] = [int(v) for v in value.split("+")]
         else:
             params[key] = int(value) if value.lstrip("-").isdigit() else value
@@ -51,6 +59,21 @@ def parse_attack(spec: str) -> Attack:
         return ATTACKS[name](**params)
     except TypeError as e:
         raise ValueError(f"attack {name}: {e}") from None
+
+
+def check_audit(attacks: list[Attack], party: str, num_clients: int) -> None:
+    """Before the run: every client an attack names exists, and the adversary is a party of the run
+    (the server or client0 … client{K-1}); ValueError (one line) otherwise."""
+    parties = [SERVER] + [client_name(k) for k in range(num_clients)]
+    if party not in parties:
+        raise ValueError(f"--adversary {party!r}: not a party of this run; valid: {SERVER}, "
+                         f"{client_name(0)} … {client_name(num_clients - 1)}")
+    for attack in attacks:
+        named = getattr(attack, "clients", None) or []
+        beyond = sorted(k for k in named if k >= num_clients)
+        if beyond:
+            raise ValueError(f"attack {attack.name}: clients={'+'.join(map(str, named))}: the run has {num_clients} "
+                             f"clients (indices 0 to {num_clients - 1})")
 
 
 def public_knowledge(setup, run_config) -> Knowledge:

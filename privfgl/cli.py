@@ -166,14 +166,25 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _read_config(path: Path) -> dict:
-    if not path.exists():
-        raise ConfigError(f"--config {path}: no such file")
-    text = path.read_text()
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--config {path}: cannot be read ({e})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            raise ConfigError(f"--config {path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
     else:
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--config {path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of settings, got {type(data).__name__}")
     return {k.replace("-", "_"): v for k, v in data.items()}
@@ -198,6 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """`privfgl run`, then the attacks on the adversary's view; findings land in the record's `attacks`."""
     from attacks import format_findings, parse_attack, run_attacks
+    from attacks.audit import check_audit
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
     imports_done()
@@ -206,6 +218,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     cfg = config_from_args(args)
+    try:
+        check_audit(attacks, args.adversary, cfg.clients)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     check_outputs(args)
     if args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads

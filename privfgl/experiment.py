@@ -41,6 +41,8 @@ SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfg
 # per-node gradients (torch.func over the whole client graph) and FedLoG's and FedGPL's per-client models
 # have never been moved to a device; the others run on --device (tests/test_cuda.py on a GPU).
 CPU_ONLY_METHODS = ("dp-sgd", "fedgpl", "fedlog")
+# Methods configured by run options alone: a --method-param for them is a typo, refused rather than ignored.
+PARAMLESS_METHODS = ("local", "fedavg", "fedprox")
 
 
 @dataclass
@@ -110,6 +112,13 @@ class RunConfig:
                               f"(methods that run on a GPU: {gpu_methods})")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--device {self.device}: no CUDA device is available here; use --device cpu")
+        for name in ("seed", "partition_seed", "canary_seed"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 2**32:
+                bad(name, value, "an integer from 0 to 2**32 - 1" + ("" if name == "seed" else ", or unset for the run's seed"))
+        if self.method in PARAMLESS_METHODS and self.method_params:
+            raise ConfigError(f"{self.method}: takes no method params (got {', '.join(sorted(self.method_params))}); "
+                              "its settings are run options (e.g. --mu, --local-epochs)")
         if self.threads is not None and self.threads < 1:
             bad("threads", self.threads, "an integer >= 1, or unset for torch's default")
         if self.allocator not in ALLOCATORS:
@@ -126,8 +135,9 @@ class RunConfig:
             bad("mu/weight_decay", (self.mu, self.weight_decay), "numbers >= 0")
         if self.split_mode not in SPLIT_MODES:
             bad("split_mode", self.split_mode, ", ".join(SPLIT_MODES))
-        if len(self.split) != 3 or any(r < 0 for r in self.split) or sum(self.split) > 1 + 1e-9 or sum(self.split) == 0:
-            bad("split", self.split, "three ratios train,val,test, each >= 0, summing to at most 1 (e.g. 0.2,0.4,0.4)")
+        if len(self.split) != 3 or any(r <= 0 for r in self.split) or sum(self.split) > 1 + 1e-9:
+            bad("split", self.split, "three ratios train,val,test, each > 0 (a run picks its round on validation "
+                                     "nodes and scores it on test nodes), summing to at most 1 (e.g. 0.2,0.4,0.4)")
         if (self.method == "fedgpl") != (self.partition == TASK_PARTITION):
             raise ConfigError(f"invalid partition {self.partition!r} for method {self.method}: fedgpl builds its own "
                               f"clients, one task level per third (--partition {TASK_PARTITION}), and only fedgpl does")
@@ -147,8 +157,10 @@ class RunConfig:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         out_of_range = sorted(k for who in mask.values() for k in who if k >= self.clients)
-        if out_of_range:
-            bad("absent", self.absent, f"client indices 0..{self.clients - 1}")
+        late = sorted(r for r in mask if r != "*" and r >= self.rounds)
+        if out_of_range or late:
+            bad("absent", self.absent, f"rounds 0..{self.rounds - 1} (or '*': every round) and client indices "
+                                       f"0..{self.clients - 1}")
         if isinstance(self.absent_rate, bool) or not isinstance(self.absent_rate, (int, float)) \
                 or not 0 <= self.absent_rate < 1:
             bad("absent_rate", self.absent_rate, "a probability in [0, 1)")
@@ -227,6 +239,9 @@ def effective_protocol_params(cfg: RunConfig) -> dict:
 TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition
 
 
+RUN_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}  # annotations as strings (postponed)
+
+
 def config_for(values: dict) -> RunConfig:
     """RunConfig from the settings a user gave (field names as keys), completed by the method's own
     defaults (privfgl.methods.defaults) where the user set nothing; what was filled in is kept in
@@ -236,6 +251,7 @@ def config_for(values: dict) -> RunConfig:
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
+    values = {name: _typed_setting(name, value) for name, value in values.items()}
     fallback = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.name in ("method", "dataset",
                                                                                       "partition")}
     done, applied = apply_method_defaults(values, fallback)
@@ -244,6 +260,44 @@ def config_for(values: dict) -> RunConfig:
     if isinstance(done.get("evaluate"), list):
         done["evaluate"] = tuple(done["evaluate"])
     return RunConfig(**done, method_defaults=applied)
+
+
+# What each RunConfig field accepts from a config file or a sweep (the CLI's parser types its flags itself).
+_KINDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false", "dict": "a mapping"}
+
+
+def _typed_setting(name: str, value):
+    """A setting's value checked against its RunConfig field's type: ConfigError (one line) when it does
+    not fit. Integers are accepted for numbers; a split may be the CLI's "0.2,0.4,0.4"; evaluate a
+    "seen,unseen" string or a list."""
+    annotation = str(RUN_FIELD_TYPES[name])
+    optional = "None" in annotation
+    if value is None and optional:
+        return value
+    if name == "split":
+        parts = value.split(",") if isinstance(value, str) else value
+        try:
+            if not isinstance(parts, (list, tuple)) or any(isinstance(x, bool) for x in parts):
+                raise TypeError
+            return tuple(float(x) for x in parts)
+        except (TypeError, ValueError):
+            _not_a(name, value, "three numbers train,val,test, e.g. [0.2, 0.4, 0.4] or \"0.2,0.4,0.4\"")
+    if name == "evaluate":
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, (list, tuple)) and all(isinstance(x, str) for x in items):
+            return tuple(x.strip() for x in items)
+        _not_a(name, value, "a list of evaluation settings, e.g. [\"seen\"]")
+    kind = annotation.split(" |")[0].strip()
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "str": isinstance(value, str), "bool": isinstance(value, bool), "dict": isinstance(value, dict)}.get(kind, True)
+    if not ok:
+        _not_a(name, value, _KINDS[kind] + (", or unset" if optional else ""))
+    return value
+
+
+def _not_a(name: str, value, valid: str):
+    raise ConfigError(f"invalid {name} {value!r}; valid: {valid}")
 
 
 def build_setup(cfg: RunConfig, data=None) -> Setup:

@@ -61,7 +61,14 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--evaluation", "oracle"], "invalid evaluation"),
     (["--threads", "0"], "invalid threads 0; valid: an integer >= 1"),
     (["--canaries", "-1"], "invalid canaries -1; valid: an integer >= 0"),
-    (["--absent", "2:12"], "invalid absent {'2': [12]}; valid: client indices 0..9"),
+    (["--absent", "0:12"], "invalid absent {'0': [12]}; valid: rounds 0..0 (or '*': every round) and client indices 0..9"),
+    (["--absent", "1:0"], "invalid absent {'1': [0]}; valid: rounds 0..0"),  # a round the run does not have
+    (["--split", "1,0,0"], "each > 0"),  # no validation or test nodes to choose and score a round on
+    (["--seed", "-1"], "invalid seed -1; valid: an integer from 0 to 2**32 - 1"),
+    (["--partition-seed", "-1"], "invalid partition_seed -1"),
+    (["--canaries", "2", "--canary-seed", "-5"], "invalid canary_seed -5"),
+    (["--method-param", "foo=1"], "fedavg: takes no method params (got foo)"),
+    (["--method", "fedprox", "--method-param", "mu=abc"], "fedprox: takes no method params (got mu)"),
     (["--absent-rate", "1"], "invalid absent_rate 1.0; valid: a probability in [0, 1)"),
     (["--method", "fedgpl", "--canaries", "2"], "canaries 2: fedgpl's task clients"),
 ])
@@ -74,7 +81,7 @@ def test_bad_input_gives_one_clear_line_and_exit_code_2(planetoid_root, capsys, 
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"canaries": 2.5}, "invalid canaries 2.5; valid: an integer >= 0"),
+    ({"canaries": 2.5}, "invalid canaries 2.5; valid: an integer"),
     ({"canaries": True}, "invalid canaries True"),
     ({"canaries": 2, "canary_seed": "abc"}, "invalid canary_seed 'abc'; valid: an integer, or unset"),
 ])
@@ -83,6 +90,31 @@ def test_bad_canary_settings_in_a_config_file_are_one_line(planetoid_root, tmp_p
     cfg.write_text(json.dumps(settings))
     code, _, err = run_cli(capsys, "run", "--config", str(cfg), "--data-root", str(planetoid_root), "--offline")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"rounds": "two"}', "invalid rounds 'two'; valid: an integer"),
+    ('{"dropout": "high"}', "invalid dropout 'high'; valid: a number"),
+    ('{"dp": 5}', "invalid dp 5; valid: a string, or unset"),
+    ('{"protocol_params": "x"}', "invalid protocol_params 'x'; valid: a mapping"),
+    ('{"seed": true}', "invalid seed True; valid: an integer"),
+    ('{"split": "0.5,0.5,0.5"}', "invalid split (0.5, 0.5, 0.5)"),  # parsed as the flag is, then checked
+    ('{"rounds": 2, "clients": ', "c.json: not valid JSON at line 1, column 26"),
+])
+def test_a_config_file_of_the_wrong_shape_is_one_line(planetoid_root, tmp_path, capsys, text, message):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(text)
+    code, _, err = run_cli(capsys, "run", "--config", str(cfg), "--data-root", str(planetoid_root), "--offline")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_config_that_is_bad_yaml_or_a_folder_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("rounds: [1\n")
+    code, _, err = run_cli(capsys, "run", "--config", str(bad))
+    assert code == 2 and "c.yaml: not valid YAML at line 2, column 1" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "run", "--config", str(tmp_path))
+    assert code == 2 and "a folder, not a file" in err
 
 
 def test_canaries_are_inserted_per_client_outside_every_accuracy_and_recorded(planetoid_root, tmp_path, capsys):

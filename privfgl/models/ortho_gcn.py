@@ -81,14 +81,16 @@ class SparseFeatures:
         self.shape = tuple(coo.shape)
         n = coo.values().numel()
         order = torch.arange(n, device=x.device, dtype=torch.float64)
-        csr = torch.sparse_coo_tensor(coo.indices(), order, coo.shape).to_sparse_csr()
-        self.crow, self.col = csr.crow_indices(), csr.col_indices()
-        self.values = coo.values()[csr.values().long()].float()
-        # the same entries in the transpose's CSR order: position in x's CSR values of each entry of xᵀ
-        pos = torch.arange(n, device=x.device, dtype=torch.float64)
-        rows = torch.repeat_interleave(torch.arange(self.shape[0], device=x.device), self.crow.diff())
-        t = torch.sparse_coo_tensor(torch.stack([self.col, rows]), pos, (self.shape[1], self.shape[0])).coalesce()
-        t = t.to_sparse_csr()
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state", invariant checks
+            warnings.simplefilter("ignore", UserWarning)
+            csr = torch.sparse_coo_tensor(coo.indices(), order, coo.shape).to_sparse_csr()
+            self.crow, self.col = csr.crow_indices(), csr.col_indices()
+            self.values = coo.values()[csr.values().long()].float()
+            # the same entries in the transpose's CSR order: position in x's CSR values of each entry of xᵀ
+            pos = torch.arange(n, device=x.device, dtype=torch.float64)
+            rows = torch.repeat_interleave(torch.arange(self.shape[0], device=x.device), self.crow.diff())
+            t = torch.sparse_coo_tensor(torch.stack([self.col, rows]), pos, (self.shape[1], self.shape[0])).coalesce()
+            t = t.to_sparse_csr()
         self.t_crow, self.t_col, self.t_perm = t.crow_indices(), t.col_indices(), t.values().long()
 
     def matmul_t(self, weight: Tensor, values: Tensor | None = None) -> Tensor:

@@ -1,6 +1,8 @@
 """`privfgl audit`: runs the method, then the attacks, and writes them into the run record."""
 import json
 
+import pytest
+
 from privfgl.cli import main
 
 
@@ -23,3 +25,16 @@ def test_audit_rejects_an_unknown_attack(capsys):
     code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--attack", "model-stealing"])
     assert code == 2
     assert "unknown attack 'model-stealing'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--attack", "gradient-inversion:clients=9"], "attack gradient-inversion: clients=9: the run has 3 clients"),
+    (["--attack", "gradient-inversion:clients=a"], "clients='a': expected client indices joined by +"),
+    (["--attack", "label-inference:foo=1"], "attack label-inference: unknown parameter 'foo'; valid: round, clients"),
+    (["--attack", "label-inference", "--adversary", "foo"], "--adversary 'foo': not a party of this run"),
+    (["--attack", "label-inference", "--adversary", "client3"], "--adversary 'client3': not a party of this run"),
+])
+def test_audit_refuses_targets_and_parties_the_run_does_not_have_before_running(capsys, argv, message):
+    code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--clients", "3", "--rounds", "1", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
