@@ -8,7 +8,8 @@ per client, how many training nodes own an atom (a node holding words no other n
 per-feature AUC when the truth replaces the rows matched to the training nodes without an atom, or to
 those with one (which rows the shortfall is in).
 
-    PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] [--by-holders] [--oracle]
+    PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/support_inversion.py [--settings NAME,...] \
+        [--by-holders] [--oracle]
 
 Settings (name: run flags): k20-s0 / k20-s1 (K = 20, seeds 0 and 1), k10 (K = 10), k20-secagg,
 k20-ckks and k20-crypten (the revealed sum only), k20-dp-central (DP-FedAvg, σ 1, clip 0.1, central noise),

@@ -184,7 +184,8 @@ def _read_config(path: Path) -> dict:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"--config {path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+            where = f"line {e.lineno}, column {e.colno}"
+            raise ConfigError(f"--config {path}: not valid JSON at {where}: {e.msg}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of settings, got {type(data).__name__}")
     return {k.replace("-", "_"): v for k, v in data.items()}

@@ -115,7 +115,8 @@ class RunConfig:
         for name in ("seed", "partition_seed", "canary_seed"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 2**32:
-                bad(name, value, "an integer from 0 to 2**32 - 1" + ("" if name == "seed" else ", or unset for the run's seed"))
+                unset = "" if name == "seed" else ", or unset for the run's seed"
+                bad(name, value, f"an integer from 0 to 2**32 - 1{unset}")
         if self.method in PARAMLESS_METHODS and self.method_params:
             raise ConfigError(f"{self.method}: takes no method params (got {', '.join(sorted(self.method_params))}); "
                               "its settings are run options (e.g. --mu, --local-epochs)")
@@ -288,9 +289,9 @@ def _typed_setting(name: str, value):
             return tuple(x.strip() for x in items)
         _not_a(name, value, "a list of evaluation settings, e.g. [\"seen\"]")
     kind = annotation.split(" |")[0].strip()
-    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
-          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "str": isinstance(value, str), "bool": isinstance(value, bool), "dict": isinstance(value, dict)}.get(kind, True)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {"int": number and isinstance(value, int), "float": number, "str": isinstance(value, str),
+          "bool": isinstance(value, bool), "dict": isinstance(value, dict)}.get(kind, True)
     if not ok:
         _not_a(name, value, _KINDS[kind] + (", or unset" if optional else ""))
     return value

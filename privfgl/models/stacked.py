@@ -289,7 +289,8 @@ def stacked_forward(arch: str, params: dict[str, torch.Tensor], graph: BlockGrap
                 neighbours = graph.input_linear(graph.propagated_input("mean"), weight, "in:mean-x")
             else:
                 neighbours = graph.mean_adj() @ lin(weight, "in:x")
-            out = neighbours + graph.bias(params[f"convs.{i}.lin_l.bias"]) + lin(params[f"convs.{i}.lin_r.weight"], "in:x")
+            out = (neighbours + graph.bias(params[f"convs.{i}.lin_l.bias"])
+                   + lin(params[f"convs.{i}.lin_r.weight"], "in:x"))
         elif arch == "mlp":
             out = lin(params[f"lins.{i}.weight"], "in:x") + graph.bias(params[f"lins.{i}.bias"])
         else:
