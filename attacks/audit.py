@@ -70,8 +70,7 @@ def check_audit(attacks: list[Attack], party: str, num_clients: int) -> None:
                          f"{client_name(0)} … {client_name(num_clients - 1)}")
     for attack in attacks:
         named = getattr(attack, "clients", None) or []
-        beyond = sorted(k for k in named if k >= num_clients)
-        if beyond:
+        if any(k >= num_clients for k in named):
             raise ValueError(f"attack {attack.name}: clients={'+'.join(map(str, named))}: the run has {num_clients} "
                              f"clients (indices 0 to {num_clients - 1})")
 

@@ -159,8 +159,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         values["download"] = False
     if args.no_progress:
         values["progress"] = False
-    if isinstance(values.get("evaluate"), str):
-        values["evaluate"] = _settings(values["evaluate"])
     from privfgl.experiment import config_for
     return config_for(values)
 

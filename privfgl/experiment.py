@@ -255,11 +255,7 @@ def config_for(values: dict) -> RunConfig:
     values = {name: _typed_setting(name, value) for name, value in values.items()}
     fallback = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.name in ("method", "dataset",
                                                                                       "partition")}
-    done, applied = apply_method_defaults(values, fallback)
-    if "split" in done:
-        done["split"] = tuple(done["split"])
-    if isinstance(done.get("evaluate"), list):
-        done["evaluate"] = tuple(done["evaluate"])
+    done, applied = apply_method_defaults(values, fallback)  # split and evaluate are tuples (_typed_setting)
     return RunConfig(**done, method_defaults=applied)
 
 
