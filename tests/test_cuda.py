@@ -65,3 +65,28 @@ def test_the_same_seed_gives_the_same_run_on_the_gpu(planetoid_root):
     a, _ = cora_run(planetoid_root, rounds=5, seed=3, device=DEVICE)
     b, _ = cora_run(planetoid_root, rounds=5, seed=3, device=DEVICE)
     assert a["metrics"]["curve"] == b["metrics"]["curve"]
+
+
+@pytest.mark.parametrize("swapped_grad", [False, True])
+@pytest.mark.parametrize("features", ["sparse", "dense"])
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_the_stacked_engine_on_the_gpu_trains_like_the_loop_on_the_cpu(monkeypatch, model, features, swapped_grad):
+    """The engine's paths that Cora does not take: a dense input propagated once, and the last layer's
+    weight gradient as (gᵀh)ᵀ (forced on for these small clients), against one model per client on
+    the CPU."""
+    from privfgl.models import stacked
+    from privfgl.training import LoopedTrainers, ModelConfig, StackedTrainers, init_params
+    from tests.test_training import random_clients
+    if swapped_grad:
+        monkeypatch.setattr(stacked, "SWAPPED_GRAD_ROWS", 1)
+    clients = random_clients(dense=features == "dense")
+    cfg = ModelConfig(model=model, hidden=16, dropout=0.0)
+    init = [init_params(cfg, 40, 4, seed=k) for k in range(3)]
+    cpu, gpu = LoopedTrainers(clients, cfg, init), StackedTrainers(clients, cfg, init, device=DEVICE)
+    for engine in (cpu, gpu):
+        engine.train(5)
+    for a, b in zip(cpu.predict(), gpu.predict()):
+        assert torch.allclose(a, b.cpu(), atol=1e-4)
+    for k in range(3):
+        for name, value in cpu.get_params(k).items():
+            assert torch.allclose(value, gpu.get_params(k)[name].cpu(), atol=1e-4), name
