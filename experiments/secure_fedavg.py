@@ -19,6 +19,11 @@ bytes per value of the model.
 contextual SBM of N nodes (10 classes, 128 features, homophily 0.8, average degree 5, seed 0),
 METIS into the clients.
 
+Before the timed runs every protocol runs once untimed for one round (`--no-warmup`: not), so that the
+first timed run does not alone pay the process's one-time costs (the partition's cache, imports, PyG's
+templates): without it the first plain row ran 0.2-1.5 s slower than the next ones, which flattered
+every ratio against it.
+
 --repeats N runs the protocol list N times over, one cycle after the other (interleaved: the machine's
 drift hits every protocol alike), prints every run, then per protocol the median (min-max) of its wall
 time and of its ratio to the plain rows of the same cycle (paired: the ratio of each run to its own
@@ -73,6 +78,8 @@ def main() -> None:
                    help='protocols with params, e.g. plain crypten "ckks preset=sum"')
     p.add_argument("--repeats", type=int, default=1,
                    help="run the protocol list this many times, interleaved, and print paired medians")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="time the first run of each protocol too (by default one untimed round of each comes first)")
     args = p.parse_args()
     if args.repeats < 1:
         p.error(f"--repeats: expected an int >= 1, got {args.repeats}")
@@ -83,6 +90,9 @@ def main() -> None:
     else:
         dataset, partition = "cora", "louvain"
         data = load_dataset("cora", args.data_root, download=False)
+    if args.warmup:
+        for text in dict.fromkeys(args.protocols):
+            _timed_run(text, -1, dataset, partition, data, args, rounds=1)
     rows = []
     for cycle in range(args.repeats):
         for text in args.protocols:
@@ -124,11 +134,13 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
-def _timed_run(text: str, cycle: int, dataset: str, partition: str, data, args) -> dict:
-    """One FedAvg run under the protocol `text`, timed from outside (wall and CPU, workers included)."""
+def _timed_run(text: str, cycle: int, dataset: str, partition: str, data, args, rounds: int | None = None) -> dict:
+    """One FedAvg run under the protocol `text` (args.rounds rounds unless `rounds`), timed from outside
+    (wall and CPU, workers included)."""
     name, params = parse_protocol(text)
+    rounds = rounds or args.rounds
     cfg = RunConfig(method="fedavg", dataset=dataset, partition=partition, clients=args.clients,
-                    rounds=args.rounds, seed=args.seed, protocol=name, protocol_params=params,
+                    rounds=rounds, seed=args.seed, protocol=name, protocol_params=params,
                     data_root=args.data_root, progress=False, transcript="none")
     load = os.getloadavg()[0]
     start, cpu_start, children_start = time.perf_counter(), time.process_time(), _children_cpu()
@@ -139,7 +151,7 @@ def _timed_run(text: str, cycle: int, dataset: str, partition: str, data, args) 
     return {"cycle": cycle, "protocol": text, "load": load, "test_acc": record["metrics"]["test_acc"],
             "wall_s": wall, "cpu_s": cpu, "protect_s": phases.get("protect", 0.0),
             "aggregate_s": phases.get("aggregate", 0.0), "reveal_s": phases.get("reveal", 0.0),
-            "up_MB_per_client_round": record["cost"]["bytes_up"] / args.clients / args.rounds / 1e6}
+            "up_MB_per_client_round": record["cost"]["bytes_up"] / args.clients / rounds / 1e6}
 
 if __name__ == "__main__":
     main()
