@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import json
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -118,12 +119,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--canary-seed", type=int, metavar="S", help="seed of the canaries' draw (default: --seed)")
     a("--data-root", help="folder with the datasets (default $PRIVFGL_DATA, else ~/.cache/privfgl/datasets)")
     a("--offline", action="store_true", default=None, help="never download; fail if the dataset is not on disk")
-    a("--transcript", help="which payloads the transcript keeps: last (default), all, none")
+    a("--transcript", help="which payloads the transcript keeps: last (default; all under audit or --save-view), "
+                           "all, none")
     a("--config", help="JSON or YAML file of settings (keys as in the run record's config); flags override it")
     a("--out", help="write the run record (JSON) here")
     a("--save-view", metavar="DIR", help="write the adversary's view (the server's by default: every message it "
                                          "received, with tensors as .npy and ciphertexts/shares as raw bytes) to DIR "
-                                         "for an auditor's own script (README: Threat model)")
+                                         "for an auditor's own script (README: Threat model); a view saved there before is "
+                                         "replaced")
     a("--no-progress", action="store_true", help="no progress bar")
     a("--allocator", help="auto (default: keep freed memory in the process when activations pass glibc's 32 MB mmap "
                           "ceiling, which makes rounds on 1M-node graphs linear in nodes), keep, or system (docs/scale.md)")
@@ -145,6 +148,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if getattr(args, "crypten_mode", None):
         if values.get("protocol", "plain") != "crypten":
             raise ConfigError("--crypten-mode needs --protocol crypten")
+        given = values.get("protocol_params", {}).get("mode")
+        if given is not None and given != args.crypten_mode:
+            raise ConfigError(f"--crypten-mode {args.crypten_mode} and --protocol-param mode={given} disagree; "
+                              "give one of them")
         values["protocol_params"] = {**values.get("protocol_params", {}), "mode": args.crypten_mode}
     if args.method_param:
         values["method_params"] = {**values.get("method_params", {}), **dict(args.method_param)}
@@ -195,6 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     imports_done()
     cfg = config_from_args(args)
     check_outputs(args)
+    if args.save_view and args.transcript is None and cfg.transcript == "last":
+        cfg = dataclasses.replace(cfg, transcript="all")  # the view holds every round's payloads
     record, setup = run(cfg)
     if args.out:
         write_record(record, args.out)
@@ -260,6 +269,9 @@ def check_writable(path: str | Path, flag: str, directory: bool = False) -> None
 
 def check_outputs(args: argparse.Namespace) -> None:
     """--out and --save-view, before the run."""
+    for flag, value in (("--out", args.out), ("--save-view", args.save_view)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{flag}: an empty path; give a {'folder' if flag == '--save-view' else 'file path'}")
     if args.out:
         check_writable(args.out, "--out")
     if args.save_view:
@@ -316,10 +328,15 @@ def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
     todo = subset or sweep
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: valid: an integer >= 1")
+    if args.table_only and not Path(sweep.results).is_dir():
+        raise ConfigError(f"--table-only: results folder {sweep.results} does not exist (no records to report)")
+    if not args.table_only:
+        check_cells(todo)  # before any folder is made: a refused sweep leaves nothing behind
     check_writable(sweep.results, "results folder", directory=True)
+    if sweep.doc:
+        check_writable(sweep.doc, "--doc" if getattr(args, "doc", None) else f"[sweep] doc of {sweep.source}")
     failures = []
     if not args.table_only:
-        check_cells(todo)
         failures = run_sweep(todo, jobs=args.jobs, progress=not args.no_progress)
     table, files = report(sweep)
     print(table)
@@ -424,12 +441,20 @@ def entry() -> None:
     global _GC_PAUSED_FOR_IMPORTS
     gc.disable()
     _GC_PAUSED_FOR_IMPORTS = True
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main()
     finally:
         imports_done()
     gc.freeze()
     sys.exit(code)
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM (`kill`, `timeout`, a scheduler) as Ctrl-C: the run unwinds, so the protocols' private
+    temporary folders (clients' inputs in /dev/shm under mode=multiprocess) and party processes are
+    removed instead of outliving it."""
+    raise KeyboardInterrupt
 
 
 def imports_done() -> None:

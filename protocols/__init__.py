@@ -46,6 +46,19 @@ _BACKENDS: dict[tuple[str, str], tuple[str, str]] = {
 
 def get_protocol(name: str, **params) -> Protocol:
     """Build backend ``name`` with ``params``; unknown names or parameters raise ProtocolError."""
+    cls, params = _backend(name, params)
+    return cls(**params)
+
+
+def check_protocol_params(name: str, params: dict) -> None:
+    """ProtocolError for an unknown backend, mode or parameter name, without building the backend
+    (no keys are made): what a sweep checks of every cell before its first run."""
+    _backend(name, params)
+
+
+def _backend(name: str, params: dict) -> tuple[type, dict]:
+    """The backend class of ``name`` (and its mode) and the parameters it takes, checked by name."""
+    params = dict(params)
     if name not in PROTOCOLS:
         raise ProtocolError(f"protocol: unknown backend {name!r}; valid: {', '.join(PROTOCOLS)}")
     mode = ""
@@ -67,7 +80,7 @@ def get_protocol(name: str, **params) -> Protocol:
         raise ProtocolError(
             f"{name}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(extra + valid) or 'none'}"
         )
-    return cls(**params)
+    return cls, params
 
 
 def secure_sum(name: str, contributions: list[torch.Tensor], **params) -> torch.Tensor:
@@ -82,6 +95,7 @@ __all__ = [
     "PartyFailure",
     "Protocol",
     "ProtocolError",
+    "check_protocol_params",
     "get_protocol",
     "secure_sum",
 ]

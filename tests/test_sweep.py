@@ -98,11 +98,51 @@ def test_a_cell_key_changes_with_what_runs_not_with_where():
     ("[[plots]]\nfile = \"a.png\"\ny = \"test_acc\"\nkind = \"pie\"\n", "kind 'pie'; valid: bars, line"),
     ("[[cells]]\nlabel = \"a\"\n[[cells]]\nlabel = \"a\"\n", "two cells have the same options"),
     ("[sweep]\nheaders = [\"x\"]\n", "headers must map columns to titles"),
+    # the wrong shape of a table or value: one line, not a traceback
+    ("sweep = 5\n", "sweep must be a table ([sweep])"),
+    ("base = 5\n", "base must be a table ([base])"),
+    ("grid = 5\n", "grid must be a table ([grid])"),
+    ("cells = 5\n", "cells must be an array of tables ([[cells]])"),
+    ("cells = []\n", "cells is empty"),
+    ("[base]\nrounds = 2\n[grid]\n'rounds.x' = [1]\n", "sets a key inside 'rounds', which is 2, not a table"),
+    ("[[cells]]\nlabel = 5\n", "a cell's label must be a string, got 5"),
+    ("[[cells]]\nlabel = \"a\"\npaper = 5\n", "cell 'a': paper must map columns to published numbers"),
+    ("[sweep]\ncolumns = \"test_acc\"\n", "columns must be a list of column names"),
+    # silently wrong before: one table row per label, one replicate per seed
+    ("[[cells]]\nlabel = \"a\"\n[[cells]]\nlabel = \"a\"\nrounds = 3\n", "two cells are labelled 'a'"),
+    ("[sweep]\nseeds = [0, 0]\n", "seeds [0, 0] name a seed twice"),
 ])
 def test_a_malformed_file_names_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError) as e:
         load_sweep(write(tmp_path, text))
     assert message in str(e.value)
+
+
+def test_a_file_that_is_not_utf8_or_a_folder_is_named(tmp_path):
+    (tmp_path / "latin1.toml").write_bytes(b"\xff[sweep]\n")
+    with pytest.raises(ConfigError, match="latin1.toml: not UTF-8 text"):
+        load_sweep(tmp_path / "latin1.toml")
+    with pytest.raises(ConfigError, match="a folder, not a file"):
+        load_sweep(tmp_path)
+
+
+@pytest.mark.parametrize("cell, message", [
+    ('dataset = "coraa"', "unknown dataset 'coraa'"),
+    ('protocol = "secagg"\nprotocol_params = { bogus = 1 }', "secagg: unknown parameter(s) bogus"),
+    ('attacks = ["label-inference"]\nadversary = "client99"', "--adversary 'client99': not a party of this run"),
+    ('method = "dp-fedavg"\ndp = "gaussian:sigma={sigma},clip=1,on=update"\ntarget_epsilon = -1',
+     "target_epsilon -1: valid: a number > 0"),
+    ('method = "dp-fedavg"\ndp = "gaussian:sigma={sigma},clip=1,on=update"\ntarget_epsilon = "eight"',
+     "target_epsilon 'eight'"),
+])
+def test_every_cell_is_checked_before_the_first_run(tmp_path, cell, message):
+    """A cell that would fail in its run is refused before any cell runs (the others' runs are not
+    spent first), with the message `privfgl run` gives for the same setting."""
+    from privfgl.sweep import check_cells
+    sweep = load_sweep(write(tmp_path, SMALL + f'\n[[cells]]\nlabel = "bad"\n{cell}\n'))
+    with pytest.raises(ConfigError) as e:
+        check_cells(sweep)
+    assert "cell 'bad'" in str(e.value) and message in str(e.value)
 
 
 def test_target_epsilon_calibrates_sigma_and_seed_fills_placeholders(tmp_path):
@@ -247,6 +287,17 @@ def test_a_failing_run_is_reported_and_loses_nothing_else(finished, tmp_path, pl
     assert [(c.label, s) for c, s in missing(sweep)] == [("local", 1)]  # fedavg seed 0 ran after it
 
 
+def test_a_column_no_record_has_is_warned_and_a_line_plot_needs_a_numeric_x(finished, tmp_path, planetoid_root,
+                                                                           capsys):
+    typo = SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\ncolumns = ["test_accuracy"]')
+    report(copied(finished, tmp_path, planetoid_root, typo))
+    assert "column 'test_accuracy' is in no record of sweep small" in capsys.readouterr().err
+    line = SMALL + '\n[[plots]]\nfile = "line.png"\nkind = "line"\nx = "method"\ny = "test_acc"\n'
+    shutil.rmtree(tmp_path / "results")
+    with pytest.raises(ConfigError, match="plot line.png: x 'method' must be a numeric column; the cells have fedavg, local"):
+        report(copied(finished, tmp_path, planetoid_root, line))
+
+
 def test_parallel_jobs_write_the_same_records(finished, tmp_path, planetoid_root):
     two = small(tmp_path, planetoid_root)
     assert run_sweep(two, jobs=2, progress=False) == []
@@ -275,7 +326,11 @@ def test_cli_sweep_and_its_bad_inputs(finished, tmp_path, planetoid_root, capsys
     one_line_error([*args, "--jobs", "0"], "--jobs 0")
     bad = write(tmp_path, SMALL.replace('method = "local"', 'method = "fedsgd"'), "bad.toml")
     one_line_error(["sweep", str(bad), "--results", str(tmp_path / "r2")], "cell 'local': invalid method 'fedsgd'")
-    assert not (tmp_path / "r2" / "records").exists()  # checked before anything runs
+    assert not (tmp_path / "r2").exists()  # checked before anything runs or any folder is made
+    one_line_error(["sweep", str(bad), "--table-only", "--results", str(tmp_path / "r3")], "--table-only: results "
+                   "folder")
+    (tmp_path / "docdir").mkdir()
+    one_line_error([*args, "--doc", str(tmp_path / "docdir")], "--doc")  # before the runs, not after them
 
 
 def test_the_shipped_sweeps_are_valid(tmp_path):

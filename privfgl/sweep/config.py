@@ -126,6 +126,8 @@ def _merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         if "." in k:
             outer, inner = k.split(".", 1)
+            if not isinstance(out.get(outer) or {}, dict):
+                raise ConfigError(f"option {k!r} sets a key inside {outer!r}, which is {out[outer]!r}, not a table")
             out[outer] = {**(out.get(outer) or {}), inner: v}
         else:
             out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
@@ -138,12 +140,23 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
     every cell; `seeds` replaces [sweep] seeds. Raises ConfigError naming the file and key for
     anything malformed."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"sweep config {path}: a folder, not a file")
     if not path.is_file():
         raise ConfigError(f"sweep config {path}: no such file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"sweep config {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"sweep config {path}: not valid TOML ({e})") from None
+    for key, kind in (("sweep", "a table ([sweep])"), ("base", "a table ([base])"), ("grid", "a table ([grid])"),
+                      ("cells", "an array of tables ([[cells]])"), ("plots", "an array of tables ([[plots]])")):
+        value = data.get(key)
+        is_table = isinstance(value, dict)
+        is_array = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        if value is not None and not (is_array if key in ("cells", "plots") else is_table):
+            raise ConfigError(f"sweep config {path}: {key} must be {kind}, got {value!r}")
     unknown = sorted(set(data) - {"sweep", "base", "grid", "cells", "plots"})
     if unknown:
         raise ConfigError(f"sweep config {path}: unknown table(s) {', '.join(unknown)}; valid: sweep, base, grid, "
@@ -158,17 +171,34 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
         raise ConfigError(f"sweep config {path}: [sweep] headers must map columns to titles (strings), got {headers!r}")
     name = str(head.get("name", path.stem))
     seeds = seeds if seeds is not None else head.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
         raise ConfigError(f"sweep config {path}: [sweep] seeds must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"sweep config {path}: seeds {seeds} name a seed twice; each seed is one run of every "
+                          "cell, and a repeat would count as a second one")
+    columns = head.get("columns", [])
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise ConfigError(f"sweep config {path}: [sweep] columns must be a list of column names (strings), "
+                          f"got {columns!r}")
     base = _merge(data.get("base", {}), overrides or {})
     grid = data.get("grid", {})
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise ConfigError(f"sweep config {path}: [grid] {k} must be a non-empty list, got {v!r}")
-    cells, seen = [], set()
+    if data.get("cells") == []:
+        raise ConfigError(f"sweep config {path}: cells is empty; leave it out for one cell of [base] and [grid]")
+    cells, seen, labels = [], set(), {}
     for spec in data.get("cells", [{}]):
         spec = dict(spec)
         label = spec.pop("label", None)
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(f"sweep config {path}: a cell's label must be a string, got {label!r}")
+        paper = spec.get("paper", {})
+        if not isinstance(paper, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in paper.values()):
+            raise ConfigError(f"sweep config {path}: cell {label!r}: paper must map columns to published numbers, "
+                              f"e.g. paper = {{ test_acc = 0.7643 }}; got {paper!r}")
         own = spec.pop("grid", {})
         if not isinstance(own, dict) or any(not isinstance(v, list) or not v for v in own.values()):
             raise ConfigError(f"sweep config {path}: cell {label!r}: grid must map options to non-empty lists")
@@ -178,11 +208,15 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
             cell = Cell(_label(options, list(axes), label), options)
             if cell.key in seen:
                 raise ConfigError(f"sweep config {path}: two cells have the same options ({cell.label})")
+            if cell.label in labels:
+                raise ConfigError(f"sweep config {path}: two cells are labelled {cell.label!r}; a label names one "
+                                  "row of the tables and plots, so give each cell its own")
             seen.add(cell.key)
+            labels[cell.label] = cell
             cells.append(cell)
     plots = tuple(_plot(path, p) for p in data.get("plots", []))
     return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
-                 seeds=tuple(seeds), cells=tuple(cells), columns=tuple(head.get("columns", ())), plots=plots,
+                 seeds=tuple(seeds), cells=tuple(cells), columns=tuple(columns), plots=plots,
                  title=str(head.get("title", "")), doc=head.get("doc"), headers=dict(headers))
 
 

@@ -19,9 +19,11 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 from privfgl.doc_block import write_block
+from privfgl.errors import ConfigError
 from privfgl.sweep.config import Sweep
 from privfgl.sweep.runner import record_path
 
@@ -210,6 +212,11 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     label = lambda column: sweep.headers.get(column) or axis_label(column)
     for spec in sweep.plots:
         path = sweep.results / spec.file
+        if spec.kind == "line":
+            text = sorted({str(s[spec.x]) for s in summary if s.get(spec.x) is not None and not _is_number(s[spec.x])})
+            if text:
+                raise ConfigError(f"plot {spec.file}: x {spec.x!r} must be a numeric column; the cells have "
+                                  f"{', '.join(text)} (a bars plot shows one bar per cell)")
         if spec.kind == "bars":
             panels = [plots.Panel(label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
                                   [s.get(f"{y}:baseline") for s in summary], [s.get(f"paper:{y}") for s in summary])
@@ -294,6 +301,11 @@ def report(sweep: Sweep) -> tuple[str, list[Path]]:
         return f"sweep {sweep.name}: no records in {sweep.results}\n", []
     summary = summarise(rows, [c.label for c in sweep.cells])
     sweep.results.mkdir(parents=True, exist_ok=True)
+    named = [*sweep.columns, *(c for p in sweep.plots for c in (*p.y, *([p.x] if p.x else []), *p.series))]
+    for column in dict.fromkeys(named):
+        if all(s.get(column) is None for s in summary):
+            print(f"privfgl: warning: column {column!r} is in no record of sweep {sweep.name} (a typo? its table "
+                  "column and plot stay empty)", file=sys.stderr)
     table = markdown(sweep, summary)
     files = [write_csv(rows, sweep.results / "runs.csv"), write_csv(summary, sweep.results / "summary.csv")]
     (sweep.results / "summary.md").write_text(table)

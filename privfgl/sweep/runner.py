@@ -89,14 +89,24 @@ def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):
 
 
 def check_cells(sweep: Sweep) -> None:
-    """Every cell builds a valid RunConfig and valid attack specs, before anything runs."""
+    """Every cell, before anything runs: a valid RunConfig (a known dataset, protocol parameters the
+    backend takes), a target_epsilon > 0, valid attack specs and an adversary that is a party of the run."""
+    from privfgl.data.datasets import _canonical_name
+    from protocols import check_protocol_params
     for cell in sweep.cells:
         try:
+            target = cell.options.get("target_epsilon")
+            if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                       or not 0 < target < float("inf")):
+                raise ConfigError(f"target_epsilon {target!r}: valid: a number > 0 (the ε to calibrate σ for)")
             cfg, _ = run_config(cell, sweep.seeds[0], None, False)
             cfg.validate()
-            if cell.options.get("attacks"):
-                from attacks import parse_attack
-                [parse_attack(a) for a in cell.options["attacks"]]
+            _canonical_name(cfg.dataset)
+            check_protocol_params(cfg.protocol, cfg.protocol_params)
+            from attacks import parse_attack
+            from attacks.audit import check_audit
+            attacks = [parse_attack(a) for a in cell.options.get("attacks") or []]
+            check_audit(attacks, cell.options.get("adversary", "server"), cfg.clients)
         except ValueError as e:
             raise ConfigError(f"sweep {sweep.name}, cell {cell.label!r}: {' '.join(str(e).split())}") from None
 
