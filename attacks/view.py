@@ -64,9 +64,13 @@ def save_view(view: AdversaryView, folder: str | Path) -> Path:
     """Write `view` as files an auditor can read without privfgl: folder/view.json lists the
     messages in order ({"round", "name", "sender", "receiver", "kind", "nbytes", "tensors":
     {field: "NAME.npy"}, "blobs": ["NAME.bin", ...]}); tensors are .npy files (numpy.load), blobs the
-    exact bytes received (SEAL serializations, little-endian int64 shares). Returns view.json's path."""
+    exact bytes received (SEAL serializations, little-endian int64 shares). The files of a view saved
+    in the folder before are removed first (other files are left). Returns view.json's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for old in [*folder.glob("m[0-9][0-9][0-9][0-9][0-9][0-9]-*.npy"),
+                *folder.glob("m[0-9][0-9][0-9][0-9][0-9][0-9]-*.bin"), folder / "view.json"]:
+        old.unlink(missing_ok=True)  # a view saved there before: its files would mix with this one's
     entries = []
     for i, m in enumerate(view.messages):
         entry = {"round": m.round, "name": m.name, "sender": m.sender, "receiver": m.receiver, "kind": m.kind,

@@ -192,6 +192,9 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["run", "--canaries", "x"], "argument --canaries: invalid int value: 'x'"),
     (["run", "--absent", "x:1"], "argument --absent: 'x:1': expected ROUND:K[+K...]"),
     (["audit", "--canary-seed", "1.5", "--attack", "membership"], "argument --canary-seed: invalid int value: '1.5'"),
+    (["run", "--save-view", ""], "--save-view: an empty path"),  # was silently no view
+    (["run", "--protocol", "crypten", "--protocol-param", "mode=multiprocess", "--crypten-mode", "inprocess"],
+     "--crypten-mode inprocess and --protocol-param mode=multiprocess disagree"),  # was: in process, silently
 ])
 def test_every_bad_input_is_one_line_and_exit_code_2(planetoid_root, capsys, argv, message):
     try:
@@ -227,3 +230,57 @@ def test_method_defaults_fill_in_what_the_user_did_not_set_and_are_recorded(plan
     assert code == 0
     config = json.loads(out.read_text())["config"]
     assert config["rounds"] == 1 and config["method_defaults"]["method_params"] == {"preset": "cora-louvain+"}
+
+
+def test_save_view_keeps_every_rounds_payloads_and_replaces_an_earlier_view(planetoid_root, tmp_path, capsys):
+    folder = tmp_path / "view"
+    folder.mkdir()
+    (folder / "m999999-stale.npy").write_bytes(b"from another run")  # a file of a view saved there before
+    (folder / "notes.txt").write_text("the auditor's own")
+    argv = ["run", "--method", "fedavg", "--dataset", "cora", "--clients", "3", "--rounds", "2", "--save-view",
+            str(folder), "--data-root", str(planetoid_root), "--offline", "--no-progress"]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and "server's view:" in out
+    view = json.loads((folder / "view.json").read_text())
+    uploads = [m for m in view["messages"] if m["name"] == "model_update"]
+    assert sorted({m["round"] for m in uploads}) == [0, 1] and all(m["tensors"] for m in uploads)  # not only the last
+    written = {name for m in view["messages"] for name in (*m["tensors"].values(), *m["blobs"])}
+    on_disk = {p.name for p in folder.iterdir()} - {"view.json", "notes.txt"}
+    assert on_disk == written and (folder / "notes.txt").exists()  # the stale file is gone, others' kept
+
+
+def test_sigterm_removes_the_parties_private_files_and_processes(planetoid_root, tmp_path):
+    """`kill` / `timeout` end a run as Ctrl-C does: under mode=multiprocess the clients' inputs sit in a
+    private folder in /dev/shm until the run unwinds, so SIGTERM must unwind it too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.processes import alive
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    before = set(shm.glob("privfgl-secagg-*"))
+    env = {**os.environ, "PRIVFGL_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-c", "from privfgl.cli import entry; entry()", "run", "--method", "fedavg",
+                             "--dataset", "cora", "--clients", "3", "--rounds", "500", "--protocol", "secagg",
+                             "--protocol-param", "mode=multiprocess", "--data-root", str(planetoid_root), "--offline",
+                             "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not set(shm.glob("privfgl-secagg-*")) - before and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    folders = set(shm.glob("privfgl-secagg-*")) - before
+    assert folders, f"the run never made its folder: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+    children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    assert children  # the parties are running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "privfgl: interrupted" in err and "Traceback" not in err
+    assert not any(f.exists() for f in folders)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in children)
