@@ -144,3 +144,15 @@ def test_console_entry_resumes_the_collector_after_an_argument_error():
     done = python("import gc, sys\nfrom privfgl import cli\nsys.argv = ['privfgl', 'run', '--no-such-flag']\n"
                   "try:\n    cli.entry()\nexcept SystemExit as e:\n    print(gc.isenabled(), e.code)")
     assert done.stdout.split() == ["True", "2"], done.stderr
+
+
+def test_a_process_leaves_none_of_pygs_rendered_templates_in_the_temp_folder(tmp_path):
+    """PyG renders each layer class's propagate into <tmp>/torch_geometric.*.py and never removes it;
+    privfgl removes them at exit (one file per layer class per run would pile up over sweeps)."""
+    code = ("import tempfile; from privfgl.models import build_model\n"
+            "for name in ('gcn', 'sage', 'gat'): build_model(name, 5, 8, 3)\n"
+            "import os; print(sum(f.startswith('torch_geometric.') for f in os.listdir(tempfile.gettempdir())))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout
+    assert int(out) >= 3  # PyG did write them while the process ran
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("torch_geometric.")]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from privfgl.models import pyg_templates  # noqa: F401  (removes PyG's rendered templates at exit)
 from privfgl.models.gat import GAT
 from privfgl.models.gcn import GCN
 from privfgl.models.mlp import MLP
