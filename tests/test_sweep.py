@@ -411,3 +411,34 @@ def test_each_reproduction_sweep_runs_exactly_its_scripts_runs(name):
         differ = {f.name: (getattr(ours, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(ours)
                   if f.name not in ignored and getattr(ours, f.name) != getattr(theirs, f.name)}
         assert differ == {}, (cell.label, differ)
+
+
+def test_sigterm_stops_a_parallel_sweep_now_and_leaves_no_worker(tmp_path, planetoid_root):
+    """`kill` on `privfgl sweep --jobs 2`: the runs in flight are interrupted (no record, no temp file),
+    the runs queued to the workers do not start, and no worker outlives the sweep."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.processes import alive
+    config = write(tmp_path, SMALL.replace("rounds = 2", "rounds = 5000"))
+    proc = subprocess.Popen([sys.executable, "-c", "from privfgl.cli import entry; entry()", "sweep", str(config),
+                             "--results", str(tmp_path / "res"), "--jobs", "2", "--no-progress", "--offline",
+                             "--data-root", str(planetoid_root)], env={**os.environ, "PRIVFGL_CACHE": str(tmp_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children = lambda: [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+    deadline = time.monotonic() + 60
+    while len(children()) < 3 and time.monotonic() < deadline:  # the two workers and the resource tracker
+        time.sleep(0.2)
+    time.sleep(8)  # the workers are in their first runs
+    workers = children()
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().endswith("privfgl: interrupted"), err
+    assert time.monotonic() - start < 15  # 5000 rounds would take minutes: the runs were stopped, not awaited
+    assert not [p for p in (tmp_path / "res").rglob("*") if p.is_file()]
+    time.sleep(1)
+    assert not [pid for pid in workers if alive(pid)]

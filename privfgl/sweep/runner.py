@@ -7,6 +7,7 @@ import functools
 import json
 import multiprocessing
 import re
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -127,8 +128,25 @@ def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress:
     return write_record(record, record_path(results, cell, seed))
 
 
+_STOP = None  # in a worker process: the sweep's stop event (set when the sweep is interrupted)
+
+
+def _start_worker(stop) -> None:
+    """A worker process's start: SIGTERM unwinds the run in flight as Ctrl-C would (run_sweep sends it
+    when the sweep is interrupted), and `stop` keeps the runs already queued to it from starting."""
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
 def _worker(cell: Cell, seed: int, results: str) -> str:
+    if _STOP is not None and _STOP.is_set():
+        raise KeyboardInterrupt
     return str(run_one(cell, seed, Path(results), threads=1, progress=False))
+
+
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
@@ -152,7 +170,9 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
             bar.update()
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        stop = context.Event()
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stop,))
+        try:
             pending = {pool.submit(_worker, cell, seed, str(sweep.results)): (cell, seed) for cell, seed in todo}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -162,6 +182,14 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
                         e = future.exception()
                         failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
                     bar.update()
+        except BaseException:  # Ctrl-C or SIGTERM: interrupt the runs in flight (no record written for them)
+            stop.set()
+            for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public handle on them
+                if process.is_alive():
+                    process.terminate()  # SIGTERM: the run unwinds (_worker); the worker then takes the stop sentinel
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     bar.close()
     if todo:
         print(f"sweep {sweep.name}: {len(todo) - len(failures)} runs in {time.perf_counter() - start:.1f} s"
