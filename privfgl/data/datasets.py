@@ -79,7 +79,8 @@ def resolve_data_root(root: str | os.PathLike | None = None) -> Path:
     return Path(root).expanduser().absolute()
 
 
-def _canonical_name(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """The registry's key of dataset `name` (case and spaces ignored); DataError naming the valid ones."""
     key = str(name).strip().lower()
     if key not in DATASETS and key not in _SYNTHETIC:
         valid = ", ".join([*DATASETS, *_SYNTHETIC])
@@ -166,7 +167,7 @@ def load_dataset(
     Raises DataError for an unknown name or bad parameters, DatasetUnavailable when a real
     dataset is missing and cannot be downloaded.
     """
-    key = _canonical_name(name)
+    key = canonical_name(name)
     if key in _SYNTHETIC:
         generate, preset = _SYNTHETIC[key]
         valid = [p for p in inspect.signature(generate).parameters if p not in ("seed", "name")]

@@ -92,7 +92,7 @@ def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):
 def check_cells(sweep: Sweep) -> None:
     """Every cell, before anything runs: a valid RunConfig (a known dataset, protocol parameters the
     backend takes), a target_epsilon > 0, valid attack specs and an adversary that is a party of the run."""
-    from privfgl.data.datasets import _canonical_name
+    from privfgl.data.datasets import canonical_name
     from protocols import check_protocol_params
     for cell in sweep.cells:
         try:
@@ -102,7 +102,7 @@ def check_cells(sweep: Sweep) -> None:
                 raise ConfigError(f"target_epsilon {target!r}: valid: a number > 0 (the ε to calibrate σ for)")
             cfg, _ = run_config(cell, sweep.seeds[0], None, False)
             cfg.validate()
-            _canonical_name(cfg.dataset)
+            canonical_name(cfg.dataset)
             check_protocol_params(cfg.protocol, cfg.protocol_params)
             from attacks import parse_attack
             from attacks.audit import check_audit
