@@ -135,6 +135,9 @@ class Protocol(ABC):
     """A secure-sum backend. Subclasses implement ``_aggregate`` on checked inputs."""
 
     name: str
+    # False when the caller keeps no message payloads (a transcript that keeps "none"): a backend may
+    # then leave its bulk blobs out of the transfers it returns (their ``nbytes`` stay as sent).
+    keep_payloads: bool = True
 
     def aggregate(self, contributions: list[torch.Tensor], reveal_to: str = "server") -> AggregationResult:
         """Sum ``contributions`` (K tensors of one shape) and open the sum to ``reveal_to``:

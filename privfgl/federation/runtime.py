@@ -184,6 +184,7 @@ class Federation:
             if lay != layout[0]:
                 raise ValueError(f"aggregate {name!r}: client {k} sent fields {lay}, client 0 sent {layout[0]}")
         protocol = protocol or self.protocol
+        protocol.keep_payloads = self.transcript.keep != "none"  # no copies of payloads nobody keeps
         self._log_for_audit(round, name, flats, protocol)
         absent = self.absent_in(round, name)
         if absent:  # the mask: those clients send nothing; the protocol runs over the others

@@ -290,9 +290,9 @@ class SecAggProtocol(Protocol):
         else:
             ys = clients_did(3, parties.mask({u: inbox[u] for u in live(3, sent)}))
         masked = {}
-        for u in sorted(ys):
-            wire = array_bytes(ys[u])
-            transfers.append(Transfer(client(u), SERVER, "input", "ciphertext", len(wire), (wire,)))
+        for u in sorted(ys):  # y's little-endian ring elements (copied only if the caller keeps payloads)
+            wire = (array_bytes(ys[u]),) if self.keep_payloads else ()
+            transfers.append(Transfer(client(u), SERVER, "input", "ciphertext", ys[u].nbytes, wire))
             if u not in late:
                 masked[u] = ys[u]
         timed(3, server.check_round, 3, set(masked))

@@ -76,11 +76,13 @@ class Grid:
                 f"for {self.num_clients} clients on a {self.bits}-bit ring; scale the inputs down, raise "
                 "clip_range or use bits=64"
             )
-        if not self.integer:
-            np.rint(scaled, out=scaled)  # |q| < 2^(b-1): exact, no wrap
         if out is None:
-            return scaled.astype(_INT[self.bits]).view(self.dtype)  # the two's-complement element
-        np.copyto(out.view(_INT[self.bits]), scaled, casting="unsafe")  # the same cast as astype
+            out = np.empty(a.size, dtype=self.dtype)
+        signed = out.view(_INT[self.bits])  # the two's-complement elements
+        if self.integer:
+            np.copyto(signed, scaled, casting="unsafe")
+        else:
+            np.rint(scaled, out=signed, casting="unsafe")  # |q| < 2^(b-1): exact, no wrap; rounded and cast in one pass
         return out
 
     def decode(self, total: np.ndarray):

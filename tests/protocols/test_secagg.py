@@ -444,6 +444,23 @@ def test_every_byte_is_booked():
     assert set(result.phases) == {"protect", "aggregate", "reveal"}
 
 
+def test_a_federation_that_keeps_no_payloads_gets_the_same_sum_and_bytes_without_the_masked_vectors():
+    """Under a transcript that keeps "none", secagg does not copy its masked vectors into the transfers
+    (nobody keeps them); the sum and every transfer's size are those of a run that keeps them."""
+    from privfgl.federation import Federation, Transcript
+
+    uploads = [{"w": torch.full((3, 5), float(k))} for k in range(4)]
+    runs = {}
+    for keep in ("all", "none"):
+        fed = Federation(4, get_protocol("secagg"), Transcript(keep))
+        runs[keep] = (fed.aggregate(0, "model_update", uploads), fed.cost())
+        inputs = [t for t in fed.protocol.aggregate([torch.ones(15)] * 4).transfers if t.step == "input"]
+        assert [t.nbytes for t in inputs] == [60] * 4
+        assert all(bool(t.blobs) == (keep == "all") for t in inputs)
+    assert torch.equal(runs["all"][0]["w"], runs["none"][0]["w"])
+    assert runs["all"][1] == runs["none"][1]
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 
