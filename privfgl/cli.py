@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING
 
 from privfgl.errors import ConfigError
 
+# The names of attacks.audit.ATTACKS, spelled out so that building the parser imports no attack module
+# (tests/attacks/test_audit_cli.py checks that the two agree).
+ATTACK_NAMES = ("gradient-inversion", "label-inference", "stats-reconstruction", "membership", "link-stealing",
+                "edge-recovery", "he-key-recovery", "dp-noise-removal", "participation", "secagg-collusion",
+                "split-features", "split-labels", "split-topology", "split-decoder")
+
 if TYPE_CHECKING:
     from privfgl.experiment import RunConfig
 
@@ -402,8 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit = sub.add_parser("audit", help="run a method, then attacks on what the adversary saw")
     add_run_arguments(p_audit)
     p_audit.add_argument("--attack", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
-                         help="gradient-inversion, label-inference, stats-reconstruction, he-key-recovery, "
-                              "dp-noise-removal, participation, membership, link-stealing (repeatable), e.g. "
+                         help=f"{', '.join(ATTACK_NAMES)} (repeatable), e.g. "
                               "gradient-inversion:variant=dictionary,clients=0+3 (README: Attacks and audits)")
     p_audit.add_argument("--adversary", default="server", help="the party whose view the attacks read (default server)")
     p_audit.set_defaults(func=cmd_audit)

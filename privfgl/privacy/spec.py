@@ -205,6 +205,6 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
     if method == "dp-fedavg" and spec.mechanism != "gaussian":
         raise DPSpecError(f"--dp {text!r}: dp-fedavg uses the Gaussian mechanism (gaussian:sigma=..,clip=..)")
     if spec.mode == "distributed" and protocol == "plain":
-        raise DPSpecError(f"--dp {text!r}: mode=distributed needs a secure protocol (crypten, ckks, bfv); under "
-                          "plain the server sees each client's upload carrying only 1/K of the noise variance")
+        raise DPSpecError(f"--dp {text!r}: mode=distributed needs a secure protocol (crypten, ckks, bfv, secagg); "
+                          "under plain the server sees each client's upload carrying only 1/K of the noise variance")
     return spec

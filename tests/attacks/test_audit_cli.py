@@ -21,6 +21,17 @@ def test_audit_writes_findings_with_baselines(tmp_path, capsys):
     assert "label-inference" in capsys.readouterr().out
 
 
+def test_audit_help_names_every_registered_attack(capsys, monkeypatch):
+    from attacks import ATTACKS
+    from privfgl.cli import ATTACK_NAMES
+    assert sorted(ATTACK_NAMES) == sorted(ATTACKS)
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens otherwise
+    with pytest.raises(SystemExit):
+        main(["audit", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert all(name in help_text for name in ATTACKS)
+
+
 def test_audit_rejects_an_unknown_attack(capsys):
     code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--attack", "model-stealing"])
     assert code == 2

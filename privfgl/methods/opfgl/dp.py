@@ -46,8 +46,8 @@ def dp_mode(p: OPFGLParams, protocol: str) -> str:
     if p.dp_mode == "auto":
         return "central" if protocol == "plain" else "distributed"
     if p.dp_mode == "distributed" and protocol == "plain":
-        raise ValueError("opfgl: dp_mode=distributed needs a secure protocol (ckks, bfv, crypten); under plain the "
-                         "server sees each upload with 1/K of the noise variance. Use dp_mode=central or auto")
+        raise ValueError("opfgl: dp_mode=distributed needs a secure protocol (ckks, bfv, crypten, secagg); under plain "
+                         "the server sees each upload with 1/K of the noise variance. Use dp_mode=central or auto")
     return p.dp_mode
 
 
