@@ -87,6 +87,12 @@ class DPFedAvgReport:
         return out
 
 
+def draw_participation(sampler: NoiseSource, num_clients: int, q: float) -> list[bool]:
+    """One round's Poisson sampling: each client takes part independently with probability q (the rate
+    the accountant is told), from `sampler`'s coins."""
+    return (sampler.uniform(num_clients) < q).tolist()
+
+
 def run_dp_fedavg(setup: Setup) -> None:
     m, fed = setup.method, setup.federation
     if fed.dp is None or not fed.dp.applies_to("model_update"):
@@ -101,7 +107,7 @@ def run_dp_fedavg(setup: Setup) -> None:
     def upload(k: int, params: Params, received: Params) -> Params:
         """Client k: its model delta if its coin (flipped once per round) says it takes part, else zeros."""
         if k == 0:
-            sampled.append((sampler.uniform(K) < q).tolist())
+            sampled.append(draw_participation(sampler, K, q))
         return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
 
     def update(sums: Params, received: Params) -> Params:

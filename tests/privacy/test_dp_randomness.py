@@ -2,8 +2,10 @@
 entropy unless a seed is asked for explicitly; an explicit seed reproduces them and the record warns
 that ε then holds only against an adversary who does not know it; DP-FedAvg claims amplification by
 sampling only where the protocol hides who took part."""
+import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 import protocols
 from privfgl.data import client_subgraphs, contextual_sbm, partition_nodes, split_clients
@@ -11,9 +13,9 @@ from privfgl.errors import ConfigError
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER, Federation, Transcript
 from privfgl.methods.opfgl import dp as opfgl_dp
-from privfgl.methods.dp_fedavg import NO_AMPLIFICATION, dp_fedavg_params
+from privfgl.methods.dp_fedavg import NO_AMPLIFICATION, dp_fedavg_params, draw_participation
 from privfgl.methods.opfgl.params import resolve_params
-from privfgl.privacy import MessageDP, gaussian_epsilon, parse_dp_spec
+from privfgl.privacy import MessageDP, NoiseSource, gaussian_epsilon, parse_dp_spec
 
 K = 3
 SPEC = "gaussian:sigma=1.0,clip=1.0,on=update,mode=central"
@@ -139,6 +141,19 @@ def test_dp_fedavg_sampling_coins_differ_between_runs_with_the_same_seed(graph):
     dp = record["privacy"]["dp"]
     assert dp["sampling_source"] == "os" and dp["sampling_seed"] is None and "sampling_seed_warning" not in dp
     assert took_part(first) == first.extras["sampled_clients"]  # the auditor's truth is the coins drawn
+
+
+@pytest.mark.parametrize("q", [0.01, 0.3, 0.5, 0.9])
+def test_dp_fedavg_samples_each_client_at_exactly_the_rate_the_accountant_is_told(q):
+    # Amplification by sampling is accounted at q, so the coins must land at q: a two-sided binomial
+    # test on 200k OS-entropy coins (p > 1e-6: one false alarm in a million runs) catches a rate off by
+    # 2 % of q at q = 0.3 (5 standard errors), and every participation pattern of 2 clients appears
+    # at its product rate (the coins are independent).
+    n = 100_000
+    coins = np.array(draw_participation(NoiseSource(secure=True), 2 * n, q)).reshape(n, 2)
+    assert stats.binomtest(int(coins.sum()), 2 * n, q).pvalue > 1e-6
+    both = int(coins.all(axis=1).sum())
+    assert stats.binomtest(both, n, q * q).pvalue > 1e-6
 
 
 def test_dp_fedavg_with_a_sampling_seed_replays_the_coins_and_warns(graph):
