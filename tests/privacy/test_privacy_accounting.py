@@ -1,7 +1,10 @@
-"""Accounting: privfgl's ε is opacus' accountant for the same (q, σ, steps, δ); Laplace composition."""
+"""Accounting: privfgl's ε is opacus' accountant for the same (q, σ, steps, δ), and at q = 1 it agrees with
+the closed forms (RDP of the Gaussian, the exact Gaussian ε) computed here without opacus; Laplace composition."""
 import math
 
+import numpy as np
 import pytest
+from scipy import optimize, stats
 from opacus.accountants import PRVAccountant, RDPAccountant
 
 from privfgl.privacy import (PrivacyAccountant, gaussian_epsilon, laplace_advanced_composition,
@@ -18,6 +21,31 @@ def test_rdp_epsilon_equals_opacus(sigma, q, steps):
         acc.get_epsilon(delta=1e-5, alphas=RDP_ALPHAS), rel=1e-12)
     # the extended orders can only tighten opacus' default bound
     assert gaussian_epsilon([(sigma, q, steps)], 1e-5, "rdp") <= acc.get_epsilon(delta=1e-5) + 1e-12
+
+
+def exact_gaussian_epsilon(mu: float, delta: float) -> float:
+    """The exact ε(δ) of a Gaussian mechanism with sensitivity / σ = mu (Balle & Wang 2018, Thm. 8):
+    δ = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ), solved for ε."""
+    gap = lambda e: stats.norm.cdf(mu / 2 - e / mu) - math.exp(e) * stats.norm.cdf(-mu / 2 - e / mu) - delta
+    return optimize.brentq(gap, 0.0, 200.0)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # opacus' PRV at q = 1
+@pytest.mark.parametrize("sigma,steps", [(1.0, 1), (2.0, 1), (3.5, 30), (0.8, 10)])
+def test_full_batch_epsilon_against_the_closed_forms_not_opacus(sigma, steps):
+    # Checked without opacus: T full-batch Gaussian releases of noise multiplier σ compose to one Gaussian
+    # of μ = √T/σ, whose exact ε is a closed form. RDP is T·α/(2σ²) at order α, turned into (ε, δ) by
+    # Balle et al. 2020's conversion (opacus' own): it must equal ours over our orders and never fall below
+    # the exact ε (an accountant under the truth would overstate privacy); PRV is within its 0.01 error.
+    delta = 1e-5
+    exact = exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta)
+    alphas = np.array(RDP_ALPHAS)
+    rdp = steps * alphas / (2 * sigma ** 2)
+    closed = float(np.min(rdp - (math.log(delta) + np.log(alphas)) / (alphas - 1) + np.log((alphas - 1) / alphas)))
+    ours = gaussian_epsilon([(sigma, 1.0, steps)], delta, "rdp")
+    assert ours == pytest.approx(closed, rel=1e-9)
+    assert exact <= ours <= 1.15 * exact
+    assert exact - 1e-9 <= gaussian_epsilon([(sigma, 1.0, steps)], delta, "prv") <= exact + 0.02
 
 
 def test_prv_epsilon_equals_opacus_and_is_close_to_rdp():
