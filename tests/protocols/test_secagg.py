@@ -20,6 +20,7 @@ from attacks.secagg_collusion import unmask_input
 from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
 from protocols.secagg import crypto, shamir
 from protocols.secagg.graph import default_degree, default_threshold, neighbours
+from protocols.secagg.quantize import Grid
 
 
 def exact_sum(xs, who=None) -> np.ndarray:
@@ -308,6 +309,45 @@ def test_masked_vector_is_uncorrelated_with_its_input():
     result = get_protocol("secagg").aggregate(xs)
     y = np.frombuffer(masked_input(result, "client0"), "<u4")
     assert abs(np.corrcoef(y.astype(np.float64), xs[0].numpy())[0, 1]) < 0.05  # |r| ~ 0.006 expected
+
+
+@pytest.mark.parametrize("params", [{}, {"graph": "kregular", "degree": 2}, {"workers": 2},
+                                    {"workers": 2, "offline": True}],
+                         ids=["complete", "kregular", "workers", "workers-offline"])
+def test_the_server_alone_rebuilds_every_self_mask_and_still_sees_only_pairwise_masked_inputs(params):
+    # By design the server rebuilds every survivor's self-mask seed b_u from the round-4 shares it receives.
+    # What then hides y_u is the pairwise masks alone: with them removed from its view's y_u, the server
+    # must still hold a uniform vector (top byte, chi-square at p ~ 1e-6) unrelated to the input (a ramp
+    # for client 0, a constant for the others), in process and in the worker processes alike.
+    n, K = 30000, 6
+    xs = [torch.linspace(-4000, 4000, n, dtype=torch.float64)] + [torch.full((n,), 3.25 + k, dtype=torch.float64)
+                                                                  for k in range(1, K)]
+    p = get_protocol("secagg", **params)
+    try:
+        if "workers" in params:
+            p.start_workers()  # wait for them: both sums run in the worker processes
+        p.aggregate(xs)  # the offline pool prepares on the first sum and masks from it on the second
+        result = p.aggregate(xs)
+    finally:
+        p.close()
+    d = result.details
+    assert d["workers"] == params.get("workers", 1) and d["offline"] == ("prepared" if "offline" in params else None)
+    grid = Grid(d["bits"], d["frac_bits"], d["clip_range"], K, False)
+    if p.last_run is not None:  # in process; workers keep the clients' state (and the grid) to themselves
+        assert p.last_run["grid"] == grid
+    received, t = result.received("server"), d["threshold"]
+    for u, x in enumerate(xs):
+        b_shares = [(i, b[7:]) for t_ in received if t_.step == "reveal" for b in t_.blobs
+                    for kind, owner, i in [struct.unpack("<BIH", b[:7])] if kind == 0 and owner == u]
+        assert len(b_shares) >= t  # the server holds u's self-mask seed ...
+        y = np.frombuffer(masked_input(result, f"client{u}"), "<u4").copy()
+        y -= crypto.expand(crypto.self_mask_key(shamir.combine(b_shares, t)), y.size, y.dtype)
+        q = grid.encode(u, x)
+        assert np.mean(y == q) < 0.01  # ... and what is left is not the input
+        counts = np.bincount((y >> 24).astype(np.int64), minlength=256)
+        assert ((counts - n / 256) ** 2 / (n / 256)).sum() < 370
+        if u == 0:
+            assert abs(np.corrcoef(y.astype(np.float64), x.numpy())[0, 1]) < 0.05
 
 
 def _s_shares_held(p, owner: int, holders: list[int]) -> list[tuple[int, bytes]]:
