@@ -53,12 +53,16 @@ def test_under_crypten_only_the_global_model_is_attacked(cora):
     assert all(out[f"global:client{k}"].metrics["auc"] > 0.5 for k in range(3))
 
 
-def test_runs_with_dp(cora):
+def test_runs_under_local_dp_and_scores_every_model_beside_its_baseline(cora):
+    # A wiring test (no leakage claim): under --dp every client model and the global one is attacked and
+    # scored, each beside its random baseline.
     cfg = overfitted_config(method="dp-fedavg", rounds=3, clients=3, dp="gaussian:sigma=1.0,clip=1.0,on=update,mode=local",
                       transcript="all")
     _, setup = run(cfg, data=cora)
     out = by_target(setup, cfg, "link-stealing")
-    assert len(out) == 6 and all("auc" in f.metrics for f in out.values())
+    assert len(out) == 6
+    for f in out.values():
+        assert 0.0 <= f.metrics["auc"] <= 1.0 and f.baseline["auc"] == pytest.approx(0.5, abs=0.1)
 
 
 def test_link_stealing_reads_only_its_view_and_aux(overfitted_plain):
