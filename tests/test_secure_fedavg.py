@@ -3,6 +3,7 @@ import pytest
 
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
+from tests.view_checks import assert_no_input_in_blobs
 
 
 @pytest.fixture(autouse=True)
@@ -22,8 +23,36 @@ def plain_run(planetoid_root):
     return cora_fedavg(planetoid_root, "plain")
 
 
+def upload_grids(protocol, num_clients: int) -> set[int]:
+    """The fixed-point scales 2^-f the clients encode their uploads on (crypten's default 16 too)."""
+    if protocol.name == "ckks":
+        return {16, protocol.grid_bits(num_clients)}
+    if protocol.name == "secagg":
+        from protocols.secagg.quantize import make_grid
+
+        return {16, make_grid(protocol.bits, protocol.clip_range, protocol.frac_bits, num_clients, False).frac_bits}
+    return {16, getattr(protocol, "precision_bits", 16), getattr(protocol, "frac_bits", 16)}
+
+
+def assert_last_uploads_unreadable_by_the_server(setup, **check) -> None:
+    """No client's model update of the last round (the transcript keeps that round's bytes) can be read
+    from the bytes the server received in it (``view_checks.assert_no_input_in_blobs``)."""
+    federation = setup.federation
+    last = max(r for r, name in federation.audit_log if name == "model_update")
+    uploads = federation.audit_log[(last, "model_update")]["uploads"]
+    assert len(uploads) == 10
+    received = federation.transcript.view(SERVER, round=last)
+    assert_no_input_in_blobs(received, uploads, upload_grids(federation.protocol, len(uploads)), **check)
+
+
+def test_the_upload_check_reads_the_plain_server_view(plain_run):
+    _, setup = plain_run
+    with pytest.raises(AssertionError, match="client 0's input can be read"):
+        assert_last_uploads_unreadable_by_the_server(setup)
+
+
 @pytest.mark.parametrize("protocol, params", [("crypten", {}), ("ckks", {}), ("ckks", {"preset": "sum"}),
-                                              ("bfv", {"preset": "sum"})])
+                                              ("bfv", {"preset": "sum"}), ("secagg", {})])
 def test_secure_fedavg_matches_plain_and_hides_every_upload(planetoid_root, plain_run, protocol, params):
     plain, _ = plain_run
     secure, setup = cora_fedavg(planetoid_root, protocol, **params)
@@ -34,6 +63,7 @@ def test_secure_fedavg_matches_plain_and_hides_every_upload(planetoid_root, plai
     uploads = server.view(SERVER, name="model_update")
     assert len(uploads) == 5 * 10
     assert all(m.kind in ("ciphertext", "share") and m.tensors is None and m.nbytes > 0 for m in uploads)
+    assert_last_uploads_unreadable_by_the_server(setup, windows=2)
     sums = server.view(SERVER, name="model_update:sum")
     assert len(sums) == 5 and sums[-1].tensors is not None  # the revealed aggregate only
     assert secure["privacy"]["protocol"] == protocol

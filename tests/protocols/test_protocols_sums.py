@@ -12,10 +12,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from protocol_cases import BACKENDS
 
-from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
+from protocols import PROTOCOLS, ProtocolError, crypten_backend, get_protocol, secure_sum
+from protocols.secagg import crypto as secagg_crypto
+from tests.view_checks import assert_no_input_in_blobs, input_encodings
 
 KEYS = list(BACKENDS)
 SECURE_KEYS = [k for k in KEYS if k != "plain"]
+# secagg's sums are tested in test_secagg.py; its server view is held to the same rule as the others here.
+SECAGG = {"secagg": {}, "secagg-64": {"bits": 64}}
 
 
 def exact_sum(xs: list[torch.Tensor]) -> np.ndarray:
@@ -131,27 +135,112 @@ def test_plain_view_holds_each_client_tensor(protocol_cache):
     assert result.opened_by == ("server",)
 
 
-@pytest.mark.parametrize("key", SECURE_KEYS)
-def test_secure_view_holds_no_client_values(protocol_cache, key):
+def client_grids(protocol, result) -> set[int]:
+    """The fixed-point scales 2^-f a client of this sum may have encoded its input on: crypten's
+    precision_bits (16 by default), the grid the backend reports (ckks, bfv, secagg: frac_bits)."""
+    return {16, getattr(protocol, "precision_bits", 16), result.details.get("frac_bits", 16)}
+
+
+@pytest.fixture
+def view_protocol(protocol_cache):
+    """Builds a secure backend by key: a BACKENDS key (cached) or a SECAGG key (closed after the test)."""
+    built = []
+
+    def get(key: str):
+        if key in BACKENDS:
+            return protocol_cache(key)
+        built.append(get_protocol("secagg", **SECAGG[key]))
+        return built[-1]
+
+    yield get
+    for protocol in built:
+        protocol.close()
+
+
+def four_distinct_inputs() -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(3)
-    xs = [torch.rand(40, generator=gen, dtype=torch.float64) + 5 * k for k in range(4)]
-    result = protocol_cache(key).aggregate(xs)
+    return [torch.rand(40, generator=gen, dtype=torch.float64) + 5 * k for k in range(4)]
+
+
+@pytest.mark.parametrize("key", SECURE_KEYS + list(SECAGG))
+def test_secure_view_holds_no_client_values(view_protocol, key):
+    xs = four_distinct_inputs()
+    protocol = view_protocol(key)
+    result = protocol.aggregate(xs)
     assert "server" in result.opened_by
     received = result.received("server")
     assert received, "the server must have received messages"
+    kinds = ("ciphertext", "share", "parameters") + (("public_key",) if key in SECAGG else ())
     for t in received:
         if t.step == "reveal" and t.kind == "aggregate":  # HE: the key holder's decrypted sum
             assert torch.equal(t.tensor, result.total.reshape(-1))
             continue
-        assert t.kind in ("ciphertext", "share", "parameters") and t.tensor is None
+        assert t.kind in kinds and t.tensor is None
         assert t.nbytes > 0 and t.blobs and sum(map(len, t.blobs)) == t.nbytes
         assert all(isinstance(b, bytes) for b in t.blobs)
+    # What the labels promise, the bytes keep: no client's input can be read from anything the server
+    # received (its public HE context included), as float64, float32 or a fixed-point encoding.
+    assert_no_input_in_blobs(received + [result.server_context or b""], xs, client_grids(protocol, result))
     inputs = {t.sender for t in received if t.step in ("input", "reveal") and t.kind != "aggregate"}
     assert inputs >= {"client1", "client2", "client3"}
     assert all(b > 0 for b in result.bytes_up)
     assert all(b >= 0 for b in result.bytes_down)
     assert set(result.phases) == {"protect", "aggregate", "reveal"}
     assert all(t >= 0 for t in result.phases.values())
+
+
+# The check above can fail: it reads every input from a view that holds it.
+
+
+def test_the_input_check_reads_every_plain_upload(protocol_cache):
+    xs = four_distinct_inputs()
+    received = protocol_cache("plain").aggregate(xs).received("server")
+    for x in xs:
+        with pytest.raises(AssertionError, match="client 0's input can be read.*float64"):
+            assert_no_input_in_blobs(received, [x])
+
+
+@pytest.mark.parametrize("encoding", ["float64", "float32", "float64 round(x*2^16)/2^16", "int64 round(x*2^16)",
+                                      "int32 round(x*2^17)"])
+def test_the_input_check_finds_each_encoding_inside_other_bytes_and_as_a_whole_blob(encoding):
+    x = four_distinct_inputs()[1]
+    encoded = input_encodings(x, (16, 17))[encoding].tobytes()
+    noise = np.random.default_rng(0).bytes
+    with pytest.raises(AssertionError, match="contiguous bytes"):  # at an odd offset inside a longer blob
+        assert_no_input_in_blobs([noise(5000), noise(3) + encoded + noise(5)], [x], (16, 17))
+    with pytest.raises(AssertionError, match="equals it at 100% of the positions"):  # the blob is the vector
+        assert_no_input_in_blobs([encoded], [x], (16, 17), windows=0)
+    assert_no_input_in_blobs([noise(len(encoded)), noise(3) + noise(len(encoded))], [x], (16, 17))
+
+
+def test_the_input_check_finds_a_fixed_point_encoding_at_a_scale_it_was_not_told():
+    x = four_distinct_inputs()[2]
+    for width, f in ((8, 13), (4, 9), (8, 40)):
+        encoded = np.rint(x.numpy() * 2.0**f).astype(f"<i{width}").tobytes()
+        with pytest.raises(AssertionError, match=rf"int{8 * width} round\(x\*2\^{f}\)"):
+            assert_no_input_in_blobs([encoded], [x], fixed_point_bits=())
+
+
+def test_the_input_check_reads_crypten_shares_that_are_not_random(monkeypatch):
+    # Every random share 0: client k's summed share, sent to the server at the reveal, is its encoding.
+    monkeypatch.setattr(crypten_backend, "random_ring_elements", lambda n, rng: np.zeros(n, dtype=np.int64))
+    xs = four_distinct_inputs()
+    result = get_protocol("crypten").aggregate(xs)
+    assert torch.allclose(result.total, sum(xs))  # the sum is still right
+    with pytest.raises(AssertionError, match=r"int64 round\(x\*2\^16\)"):
+        assert_no_input_in_blobs(result.received("server"), xs)
+
+
+@pytest.mark.parametrize("key", list(SECAGG))
+def test_the_input_check_reads_secagg_vectors_left_unmasked(view_protocol, monkeypatch, key):
+    # No mask is added (nor removed): the masked vector y the server receives is the grid encoding q.
+    monkeypatch.setattr(secagg_crypto, "add_prgs", lambda y, masks: y)
+    xs = four_distinct_inputs()
+    protocol = view_protocol(key)
+    result = protocol.aggregate(xs)
+    assert torch.allclose(result.total, sum(xs))  # the sum is still right
+    with pytest.raises(AssertionError, match=r"int(32|64) round\(x\*2\^"):
+        assert_no_input_in_blobs(result.received("server"), xs, client_grids(protocol, result))
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -164,6 +253,8 @@ def test_reveal_to_clients_keeps_the_sum_from_the_server(protocol_cache, key):
         return  # the server holds every input anyway
     assert "server" not in result.opened_by
     assert not any(t.receiver == "server" and (t.tensor is not None or t.step == "reveal") for t in result.transfers)
+    # Nor can the server read the sum, or any input, from the bytes it received.
+    assert_no_input_in_blobs(result.received("server"), [*xs, result.total], client_grids(protocol_cache(key), result))
 
 
 @pytest.mark.parametrize("key", KEYS)
