@@ -64,12 +64,12 @@ def coalition_bytes(inputs: list[torch.Tensor], coalition: set[str]) -> np.ndarr
     return np.frombuffer(b"".join(blobs), dtype=np.uint8)
 
 
-def share_distinguisher_p(pair_a: list[torch.Tensor], pair_b: list[torch.Tensor], draws: int = 150) -> float:
-    """p-value of a chi-square two-sample test on the byte values that K-1 = 2 of the 4 parties
-    (the server and client 1) hold, over many sums of inputs a and of inputs b (3 clients)."""
+def share_distinguisher_p(pair_a: list[torch.Tensor], pair_b: list[torch.Tensor], coalition: set[str],
+                          draws: int = 150) -> float:
+    """p-value of a chi-square two-sample test on the byte values that the parties in `coalition` hold,
+    over many sums of inputs a and of inputs b (3 clients)."""
     from scipy.stats import chi2_contingency
 
-    coalition = {"server", "client1"}
     counts = np.zeros((2, 256), dtype=np.int64)
     for row, inputs in enumerate((pair_a, pair_b)):
         for _ in range(draws):
@@ -77,24 +77,34 @@ def share_distinguisher_p(pair_a: list[torch.Tensor], pair_b: list[torch.Tensor]
     return float(chi2_contingency(counts).pvalue)
 
 
-# Clients 0 and 2 trade a large amount d; client 1 (in the coalition) is the same. Whatever the
-# coalition learns must be a function of x0 + x2 (= total - x1), so both configurations must give
-# the same distribution of share bytes.
+# Any K-1 = 2 of the 4 parties (3 clients and the server) learn nothing beyond their own inputs and,
+# when the server is among them, the sum. So two input vectors that agree on those must give the
+# coalition the same distribution of share bytes: its own clients hold X1 in both; the clients outside
+# it trade an amount d (x_h = d, x_h' = -d: the sum stays), or, for a coalition of clients only (it
+# never sees the sum), the one outside holds d.
 X1 = torch.linspace(-3, 3, 64, dtype=torch.float64)
-FIXED = [torch.zeros(64, dtype=torch.float64), X1, torch.zeros(64, dtype=torch.float64)]
-TRADED = [torch.full((64,), 1e4, dtype=torch.float64), X1, torch.full((64,), -1e4, dtype=torch.float64)]
+COALITIONS = [("server", "client0"), ("server", "client1"), ("server", "client2"),
+              ("client0", "client1"), ("client0", "client2"), ("client1", "client2")]
 
 
-def test_shares_any_k_minus_1_parties_hold_are_indistinguishable_for_fixed_inputs():
-    assert share_distinguisher_p(FIXED, FIXED) > 1e-6
+def inputs_outside_moved(coalition: tuple[str, ...], d: torch.Tensor) -> list[torch.Tensor]:
+    """The 3 clients' inputs: X1 inside the coalition; outside it d and -d (or d alone)."""
+    outside = [k for k in range(3) if f"client{k}" not in coalition]
+    inputs = [X1] * 3
+    for k, sign in zip(outside, (1, -1)):
+        inputs[k] = sign * d
+    return inputs
 
 
-def test_shares_any_k_minus_1_parties_hold_are_indistinguishable_when_inputs_move():
-    assert share_distinguisher_p(FIXED, TRADED) > 1e-6
-    varying = [[torch.randn(64, dtype=torch.float64) * 1e3, X1, None] for _ in range(2)]
-    for v in varying:
-        v[2] = -v[0]
-    assert share_distinguisher_p(varying[0], varying[1]) > 1e-6
+@pytest.mark.parametrize("coalition", COALITIONS, ids="+".join)
+def test_shares_any_k_minus_1_parties_hold_are_indistinguishable_when_the_others_inputs_move(coalition):
+    zero, large = torch.zeros(64, dtype=torch.float64), torch.full((64,), 1e4, dtype=torch.float64)
+    a, b = (inputs_outside_moved(coalition, d) for d in (zero, large))
+    assert share_distinguisher_p(a, b, set(coalition)) > 1e-6
+    gen = torch.Generator().manual_seed(COALITIONS.index(coalition))
+    a, b = (inputs_outside_moved(coalition, torch.randn(64, generator=gen, dtype=torch.float64) * 1e3)
+            for _ in range(2))
+    assert share_distinguisher_p(a, b, set(coalition)) > 1e-6
 
 
 def test_share_distinguisher_catches_low_entropy_shares(monkeypatch):
@@ -104,7 +114,9 @@ def test_share_distinguisher_catches_low_entropy_shares(monkeypatch):
 
     monkeypatch.setattr(crypten_backend, "random_ring_elements",
                         lambda n, rng: np.frombuffer(os.urandom(2 * n), dtype="<u2").astype(np.int64))
-    assert share_distinguisher_p(FIXED, TRADED, draws=30) < 1e-6
+    coalition = COALITIONS[1]
+    fixed, traded = (inputs_outside_moved(coalition, torch.full((64,), d, dtype=torch.float64)) for d in (0.0, 1e4))
+    assert share_distinguisher_p(fixed, traded, set(coalition), draws=30) < 1e-6
 
 
 # --- multi-process: few tests, one session shared where possible ------------------------------
