@@ -35,6 +35,22 @@ def reachable(roots, limit: int = 200_000):
     return seen.values()
 
 
+def private_copies(objects, private: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the `private` tensors (name -> tensor) whose values some tensor among `objects` holds:
+    a copy of the same shape and dtype, equal element by element. Catches what a memory check misses
+    (a clone handed to an attack)."""
+    by_shape: dict[tuple, list[str]] = {}
+    for name, t in private.items():
+        by_shape.setdefault((tuple(t.shape), t.dtype), []).append(name)
+    found = set()
+    for o in objects:
+        if isinstance(o, torch.Tensor) and not o.is_meta:
+            for name in by_shape.get((tuple(o.shape), o.dtype), ()):
+                if name not in found and torch.equal(o.detach().cpu(), private[name].detach().cpu()):
+                    found.add(name)
+    return sorted(found)
+
+
 def spying(attack_cls, **params):
     """An instance of `attack_cls` that records the (view, aux) pairs its attack() received."""
     class Spy(attack_cls):

@@ -13,7 +13,7 @@ from privfgl.experiment import RunConfig, run
 from privfgl.training import LocalTrainers
 
 from attack_cases import fedavg_config
-from tests.view_checks import reachable
+from tests.view_checks import private_copies, reachable
 
 
 def findings(setup, cfg, *specs):
@@ -144,12 +144,24 @@ def test_attacks_reach_neither_ground_truth_nor_private_state(plain_fedavg):
         assert not isinstance(o, (Data, LocalTrainers)) and o is not setup and o is not setup.federation
         if isinstance(o, torch.Tensor):
             assert o.untyped_storage().data_ptr() not in private, "a tensor shares memory with a client's data"
+    # nor copies of it: no tensor the attack can reach holds a client's labels, features or training mask
+    secrets = {f"client{k}.{field}": getattr(c, field) for k, c in enumerate(setup.clients)
+               for field in ("x", "y", "train_mask")}
+    assert private_copies(reachable([view, aux]), secrets) == []
     # the view holds copies: changing it changes nothing the parties or the transcript hold
     update = next(m for m in view.messages if m.name == "model_update" and m.sender == "client0")
     update.tensors["n"].add_(1.0)
     assert adversary_view(setup.federation.transcript).payload("model_update", 0, "client0")["n"] != update.tensors["n"]
     # the server's view has no labels or features field: only messages it received or sent
     assert {m.name for m in view.messages} <= {"model_update", "model_update:sum", "global_model"}
+
+
+def test_the_copy_check_finds_a_clone_of_a_clients_labels_handed_to_an_attack(plain_fedavg):
+    _, setup = plain_fedavg  # the check above, on an aux that does hold a copy
+    c = setup.clients[1]
+    leaky_aux = {"hint": [c.y.clone()], "mask": c.train_mask.clone()}
+    secrets = {f"client{k}.{f}": getattr(d, f) for k, d in enumerate(setup.clients) for f in ("x", "y", "train_mask")}
+    assert private_copies(reachable([leaky_aux]), secrets) == ["client1.train_mask", "client1.y"]
 
 
 def test_on_cora_small_clients_lose_their_binary_features_to_one_plain_update(cora):
