@@ -109,6 +109,12 @@ def test_stats_reconstruction_under_a_secure_protocol_has_only_the_aggregate(bow
     assert out[("stats-reconstruction", "aggregate", None)].metrics["by_class_size"]
 
 
+def client_secrets(setup) -> dict[str, torch.Tensor]:
+    """Every client's labels, features and training mask, by name ("client1.y")."""
+    return {f"client{k}.{field}": getattr(c, field) for k, c in enumerate(setup.clients)
+            for field in ("x", "y", "train_mask")}
+
+
 class Spy(Attack):
     """Records exactly what the adversary side receives."""
 
@@ -145,9 +151,7 @@ def test_attacks_reach_neither_ground_truth_nor_private_state(plain_fedavg):
         if isinstance(o, torch.Tensor):
             assert o.untyped_storage().data_ptr() not in private, "a tensor shares memory with a client's data"
     # nor copies of it: no tensor the attack can reach holds a client's labels, features or training mask
-    secrets = {f"client{k}.{field}": getattr(c, field) for k, c in enumerate(setup.clients)
-               for field in ("x", "y", "train_mask")}
-    assert private_copies(reachable([view, aux]), secrets) == []
+    assert private_copies(reachable([view, aux]), client_secrets(setup)) == []
     # the view holds copies: changing it changes nothing the parties or the transcript hold
     update = next(m for m in view.messages if m.name == "model_update" and m.sender == "client0")
     update.tensors["n"].add_(1.0)
@@ -160,8 +164,7 @@ def test_the_copy_check_finds_a_clone_of_a_clients_labels_handed_to_an_attack(pl
     _, setup = plain_fedavg  # the check above, on an aux that does hold a copy
     c = setup.clients[1]
     leaky_aux = {"hint": [c.y.clone()], "mask": c.train_mask.clone()}
-    secrets = {f"client{k}.{f}": getattr(d, f) for k, d in enumerate(setup.clients) for f in ("x", "y", "train_mask")}
-    assert private_copies(reachable([leaky_aux]), secrets) == ["client1.train_mask", "client1.y"]
+    assert private_copies(reachable([leaky_aux]), client_secrets(setup)) == ["client1.train_mask", "client1.y"]
 
 
 def test_on_cora_small_clients_lose_their_binary_features_to_one_plain_update(cora):

@@ -40,6 +40,21 @@ def masked_input(result, sender: str) -> bytes:
     return next(t for t in result.received("server") if t.sender == sender and t.step == "input").blobs[0]
 
 
+def seed_shares(result, seed: str, owner: int) -> list[tuple[int, bytes]]:
+    """The round-4 shares of ``owner``'s self-mask seed (seed="b") or pairwise-key seed ("s") that the
+    server received: [(Shamir index, share)] (each answer: kind byte 0 = b / 1 = s, owner, index, share)."""
+    kind_wanted = {"b": 0, "s": 1}[seed]
+    return [(x, b[7:]) for t in result.received("server") if t.step == "reveal" for b in t.blobs
+            for kind, who, x in [struct.unpack("<BIH", b[:7])] if kind == kind_wanted and who == owner]
+
+
+def assert_top_byte_uniform(y: np.ndarray) -> None:
+    """The top byte of a uint32 vector is uniform: chi-square over 256 bins, 255 dof, p ~ 1e-6 cut-off."""
+    counts = np.bincount((y >> 24).astype(np.int64), minlength=256)
+    expected = y.size / 256
+    assert ((counts - expected) ** 2 / expected).sum() < 370
+
+
 def expected_outcome(protocol, num_clients: int, dropout: dict[int, set[int]]):
     """(survivors U3, None) when the sum must succeed, else (None, the error's 'missing' clients)."""
     nbrs, holders, t = protocol.setup(num_clients)
@@ -257,9 +272,7 @@ def test_late_client_is_left_out_and_stays_masked():
     # self-mask seed: removing every pairwise mask still leaves a uniform-looking vector.
     y = np.frombuffer(masked_input(result, "client1"), dtype="<u4")
     server = p.last_run["server"]
-    answers_s = [(x, s) for t in result.received("server") if t.step == "reveal" for b in t.blobs
-                 for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 1 and owner == 1 for s in [b[7:]]]
-    seed = shamir.combine(answers_s, server.threshold)
+    seed = shamir.combine(seed_shares(result, "s", 1), server.threshold)
     s_private, s_public = crypto.keypair_from_seed(seed)
     assert s_public == server.keys[1][32:]
     z = y.copy()
@@ -288,10 +301,7 @@ def test_server_view_is_ciphertexts_keys_and_masked_vectors():
         q = grid.encode(k, x)
         y = np.frombuffer(next(t for t in received if t.sender == f"client{k}" and t.step == "input").blobs[0], "<u4")
         assert not np.array_equal(y, q) and q.tobytes()[:64] not in b"".join(b for t in received for b in t.blobs)
-        # A constant input, masked: the top byte of y is uniform (chi-square, 255 dof, p ~ 1e-6 cut-off).
-        counts = np.bincount((y >> 24).astype(np.int64), minlength=256)
-        expected = y.size / 256
-        assert ((counts - expected) ** 2 / expected).sum() < 370
+        assert_top_byte_uniform(y)  # a constant input, masked
     # Keys are fresh per sum (OS randomness), not seeded: the same inputs under the same seeds mask differently.
     torch.manual_seed(0)
     np.random.seed(0)
@@ -335,17 +345,15 @@ def test_the_server_alone_rebuilds_every_self_mask_and_still_sees_only_pairwise_
     grid = Grid(d["bits"], d["frac_bits"], d["clip_range"], K, False)
     if p.last_run is not None:  # in process; workers keep the clients' state (and the grid) to themselves
         assert p.last_run["grid"] == grid
-    received, t = result.received("server"), d["threshold"]
+    t = d["threshold"]
     for u, x in enumerate(xs):
-        b_shares = [(i, b[7:]) for t_ in received if t_.step == "reveal" for b in t_.blobs
-                    for kind, owner, i in [struct.unpack("<BIH", b[:7])] if kind == 0 and owner == u]
+        b_shares = seed_shares(result, "b", u)
         assert len(b_shares) >= t  # the server holds u's self-mask seed ...
         y = np.frombuffer(masked_input(result, f"client{u}"), "<u4").copy()
         y -= crypto.expand(crypto.self_mask_key(shamir.combine(b_shares, t)), y.size, y.dtype)
         q = grid.encode(u, x)
         assert np.mean(y == q) < 0.01  # ... and what is left is not the input
-        counts = np.bincount((y >> 24).astype(np.int64), minlength=256)
-        assert ((counts - n / 256) ** 2 / (n / 256)).sum() < 370
+        assert_top_byte_uniform(y)
         if u == 0:
             assert abs(np.corrcoef(y.astype(np.float64), x.numpy())[0, 1]) < 0.05
 
@@ -378,8 +386,7 @@ def test_coalition_of_t_minus_1_learns_nothing_t_unmask_one_input(graph, keys):
     assert crypto.keypair_from_seed(seed)[1] == advertised_s_pk
     # ... and with the server's view (the survivors' self-mask shares it got in round 4, the public keys,
     # the masked input) they unmask the target's input exactly, on the grid.
-    b_shares = [(x, b[7:]) for t_ in result.received("server") if t_.step == "reveal" for b in t_.blobs
-                for kind, owner, x in [struct.unpack("<BIH", b[:7])] if kind == 0 and owner == target]
+    b_shares = seed_shares(result, "b", target)
     masked = next(t_ for t_ in result.received("server") if t_.sender == f"client{target}" and t_.step == "input")
     recovered = unmask_input(masked.blobs[0], target, seed, {v: server.keys[v][32:] for v in server.neighbours[target]},
                              shamir.combine(b_shares, t), p.last_run["grid"])
