@@ -8,7 +8,7 @@ while it runs).
         --protocols plain ckks crypten --rounds 100 --out runs/fedomd-protocols.md    # one setting per protocol
     python experiments/reproduce_fedomd.py --method-param beta=0 --out runs/fedomd-nocmd.md   # ablation: Ortho only
     python experiments/reproduce_fedomd.py --method-param select=val_loss --out runs/fedomd-vl.md   # [11]'s selection
-    python experiments/reproduce_fedomd.py --method-param cmd_norm=l2 --method-param cmd_scale=none \
+    python experiments/reproduce_fedomd.py --method-param cmd_norm=l2 --method-param cmd_scale=none \\
         --out runs/fedomd-spec-cmd.md                                                  # the spec's CMD (collapses)
 """
 from __future__ import annotations

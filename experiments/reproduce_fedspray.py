@@ -1,4 +1,4 @@
-"""FedSpray beside FedAvg and Local: overall and minority accuracy, bytes, wall time.
+r"""FedSpray beside FedAvg and Local: overall and minority accuracy, bytes, wall time.
 
 Real datasets (the issue's setting): Cora and CiteSeer, Louvain+, 10 clients, 100 rounds, split
 40/30/30 per client and class (FedSpray's), seeds 0-4 (the paper's 5 runs; the partition and split

@@ -1,4 +1,4 @@
-"""Reproduce O-pFGL's Cora/CiteSeer results (spec §4): 10 clients, Louvain+/Metis+, seeds 0,1,2,
+r"""Reproduce O-pFGL's Cora/CiteSeer results (spec §4): 10 clients, Louvain+/Metis+, seeds 0,1,2,
 Standalone vs FedAvg (1 round + local fine-tuning) vs O-pFGL, plus ablations.
 
 As in the authors' protocol (spec §4.1), the partition and the per-client splits are fixed

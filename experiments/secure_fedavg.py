@@ -1,4 +1,4 @@
-"""FedAvg on Cora under each secure-aggregation protocol, side by side with plain, in one process.
+r"""FedAvg on Cora under each secure-aggregation protocol, side by side with plain, in one process.
 
 Prints, per protocol: the 1-minute load average before it ran, test accuracy and its difference to
 plain on the same seed, wall time and its ratio to plain, the CPU time of the process and of the

@@ -1,4 +1,4 @@
-"""Gradient inversion of the default training from the first layer's exact zeros
+r"""Gradient inversion of the default training from the first layer's exact zeros
 (`gradient-inversion:variant=support`, docs/attacks.md "Support dictionary"): Cora (and CiteSeer),
 Louvain, round 0 unless said.
 Prints one row per setting (mean and range over every client, beside the two nulls and the prior's

@@ -1,7 +1,11 @@
-"""The README stays a newcomer's page, and every link in it and in docs/ points at a real file."""
+"""The README stays a newcomer's page, every link in it and in docs/ points at a real file, and a
+script's --help shows its commands as they are written."""
 from __future__ import annotations
 
+import io
 import re
+import subprocess
+import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,3 +32,18 @@ def test_the_readme_names_the_two_commands_and_they_exist_in_the_makefile():
     assert "make run" in readme and "make test" in readme
     assert re.search(r"^run:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     assert "privfgl quickstart" in makefile
+
+
+def test_no_docstring_joins_a_command_split_over_two_lines():
+    # a backslash at the end of a line inside a non-raw string is a line continuation: --help (which
+    # prints the module docstring) then shows the two lines of a command run together
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True)
+    joined = []
+    for name in files.stdout.split():
+        source = (REPO / name).read_text(encoding="utf-8")
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            literal = token.string.lstrip("bBfFuU")
+            if token.type == tokenize.STRING and not literal.lower().startswith("r") \
+                    and re.search(r"(?<!\\)(\\\\)*\\\n", literal):
+                joined.append(f"{name}:{token.start[0]}")
+    assert joined == []

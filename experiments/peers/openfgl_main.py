@@ -1,4 +1,4 @@
-"""OpenFGL's own entry point (its repository's main.py), for the whole-process benchmark of issue #21.
+r"""OpenFGL's own entry point (its repository's main.py), for the whole-process benchmark of issue #21.
 
 OpenFGL is not a dependency of privfgl. Install the peer beside the venv, without touching its pins
 (OpenFGL's remaining imports — torch, torch_geometric, scikit-learn, networkx, scipy — are the venv's):
