@@ -26,8 +26,12 @@ $(STAMP): pyproject.toml
 run: install
 	$(VENV)/bin/privfgl quickstart
 
+# The suite in one pytest worker per core (pytest-xdist; a test module's tests stay in one worker, so its
+# fixtures are built once) and one torch thread per worker, as many threads as cores: on 2 cores 1.7x
+# faster than one process with torch's default threads (4.2 against 7.1 min). TEST_JOBS=0: one process.
+TEST_JOBS ?= auto
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
