@@ -138,3 +138,18 @@ def test_hidta_under_crypten_opens_only_task_group_sums_and_matches_plain(graph,
     opened = view.view(SERVER, name="prompt_update:sum") + view.view(SERVER, name="prompt_update:weighted:sum")
     assert opened and all(m.tensors is not None for m in opened)  # only the (task-group) sums open
     assert record["metrics"]["per_task"]["acc"] == pytest.approx(clear[1]["metrics"]["per_task"]["acc"], abs=0.02)
+
+
+def test_the_m1_rows_the_server_saw_carry_noise_at_the_calibrated_scale(noised):
+    # what the server received, not what the record says: each M1 row is a clipped row (L1 norm <= 1)
+    # plus Laplace noise of scale clip/epsilon = 20, so the entries' mean absolute value is 20 give or
+    # take the row's own 1/d; a run that noised at another scale (a wrong epsilon or clip passed on)
+    # moves it by the same factor
+    from privfgl.federation import SERVER
+    from privfgl.methods.fedgpl.split import M1
+
+    _, _, setup = noised
+    kept = [m for m in setup.federation.transcript.view(SERVER, name=M1) if m.tensors is not None]  # the last round
+    rows = torch.cat([m.tensors["x"].flatten() for m in kept])
+    assert rows.numel() > 2000
+    assert 0.9 * 20 < rows.abs().mean().item() < 1.1 * 20
