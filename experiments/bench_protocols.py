@@ -11,6 +11,7 @@ inputs. Key generation and process start-up are excluded from the rows and print
     python experiments/bench_protocols.py --multiprocess    # add crypten and secagg multi-process rows
     python experiments/bench_protocols.py --backends secagg secagg:kregular --clients 2 10 100
     python experiments/bench_protocols.py --secagg-profile --clients 10 --sizes 92232 --repeat 40
+    python experiments/bench_protocols.py --secagg-wait 26 --clients 10 --sizes 92232 --repeat 40
 
 `secagg` rows (complete graph, Bonawitz et al.), `secagg:kregular` rows (SecAgg+, default degree
 2*ceil(log2 K)), `secagg:w2` rows (complete graph, the clients run by 2 worker processes; their
@@ -141,6 +142,38 @@ def profile_secagg(clients: int, size: int, repeat: int, seed: int) -> None:
     print(f"  {'sum of the primitives':32s}{sum(spent.values()) / repeat * 1e3:9.2f}")
 
 
+def secagg_wait(clients: int, size: int, repeat: int, seed: int, train_ms: float) -> None:
+    """What a trainer waits for per secagg sum when each sum follows train_ms of one-thread matmuls (a
+    stand-in for a round's local training): one process, against the clients in 2 worker processes
+    preparing the next sum while the trainer runs (workers=2 offline=true)."""
+    import statistics
+
+    xs = inputs(clients, size, seed)
+    a = torch.randn(700, 700)
+
+    def train() -> None:
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < train_ms:
+            a @ a
+
+    print(f"secagg, K={clients}, n={size}, {repeat} sums each after {train_ms:g} ms of training: ms the trainer waits per sum")
+    for label, params in (("one process", {}), ("workers=2 offline=true", {"workers": 2, "offline": True})):
+        with get_protocol("secagg", **params) as protocol:
+            if params:
+                protocol.start_workers()
+            for _ in range(5):  # warm-up: the first preparation, the workers' imports
+                train(), protocol.aggregate(xs)
+            walls, offline = [], []
+            for _ in range(repeat):
+                train()
+                t0 = time.perf_counter()
+                result = protocol.aggregate(xs)
+                walls.append(time.perf_counter() - t0)
+                offline.append(result.details.get("offline"))
+        prepared = f"; {offline.count('prepared')} of {repeat} sums prepared" if params else ""
+        print(f"  {label:26s} median {statistics.median(walls) * 1e3:7.2f}   min {min(walls) * 1e3:7.2f}{prepared}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="n in {1e3, 1e4, 92000}, K in {2, 10}")
@@ -154,10 +187,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="timed sums per row; the median is shown (default 1)")
     parser.add_argument("--secagg-profile", action="store_true",
                         help="only: time each primitive of one-process secagg sums (first --clients and --sizes)")
+    parser.add_argument("--secagg-wait", type=float, metavar="TRAIN_MS",
+                        help="only: the trainer's wait per secagg sum, each sum after TRAIN_MS of training, one "
+                             "process vs workers=2 offline=true (first --clients and --sizes)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.secagg_profile:
         profile_secagg((args.clients or [10])[0], int((args.sizes or [92232])[0]), args.repeat, args.seed)
+        return
+    if args.secagg_wait is not None:
+        secagg_wait((args.clients or [10])[0], int((args.sizes or [92232])[0]), args.repeat, args.seed, args.secagg_wait)
         return
 
     sizes = [int(s) for s in (args.sizes or ([1e3, 1e4, 92000] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
