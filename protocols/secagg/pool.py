@@ -69,7 +69,9 @@ def _shutdown(procs: list, conns: list, socks: list) -> None:
 class WorkerPool:
     """W worker processes and the shared buffer of the round-3 vectors (see the module's docstring)."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, nice: int = 0):
+        """nice: added to the workers' niceness (os.nice) when they start: > 0 lets the caller's own work
+        (training, while the workers prepare the next sum) take the CPU first."""
         self.size = workers
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
@@ -84,7 +86,7 @@ class WorkerPool:
         for _ in range(workers):
             parent, child = socket.socketpair()
             try:
-                proc = subprocess.Popen([sys.executable, WORKER, str(child.fileno())], pass_fds=(child.fileno(),),
+                proc = subprocess.Popen([sys.executable, WORKER, str(child.fileno()), str(nice)], pass_fds=(child.fileno(),),
                                         stdin=subprocess.DEVNULL, close_fds=True)
             finally:
                 child.close()

@@ -5,8 +5,8 @@ pairwise keys) are made here and never leave this process; what goes back is wha
 in the protocol (its public keys, commitment and sealed shares, its masked vector, its round-4 shares)
 and the seconds each client took.
 
-Started as ``python protocols/secagg/worker.py FD`` (FD: its end of a Unix socket pair with the
-parent, a ``multiprocessing.connection.Connection``): a fresh interpreter that loads ``client``,
+Started as ``python protocols/secagg/worker.py FD NICE`` (FD: its end of a Unix socket pair with the
+parent, a ``multiprocessing.connection.Connection``; NICE: added to its niceness first): a fresh interpreter that loads ``client``,
 ``crypto``, ``shamir`` and ``quantize`` only. It never imports torch (``protocols/__init__.py`` and
 ``protocols.base`` do: 2.4 s of CPU per process here, against 0.25 s for this worker's start): the
 packages ``protocols`` and ``protocols.secagg`` are loaded as bare namespaces, without their
@@ -134,6 +134,7 @@ def serve(fd: int) -> None:
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[0] = ROOT  # not this file's folder (its modules are loaded as protocols.secagg.*)
+    os.nice(int(sys.argv[2]))  # the pool's choice: > 0 with offline=true (the preparation yields to the trainer)
     try:
         serve(int(sys.argv[1]))
     except (EOFError, OSError):  # the parent closed its end (stopped the pool, or exited) while this one worked

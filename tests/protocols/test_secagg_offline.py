@@ -6,6 +6,7 @@ rounds; close() stops a preparation in progress."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from protocols import ProtocolError, get_protocol
-from protocols.secagg.protocol import _check_dropout, _check_faults
+from protocols.secagg.protocol import OFFLINE_NICE, _check_dropout, _check_faults
 from tests.processes import alive as _alive
 
 
@@ -195,3 +196,14 @@ def test_a_worker_dying_during_the_preparation_falls_back_to_a_fresh_pool():
         same(reference, result)
         assert p._pool is not old and result.details["offline"] == "fallback"
         same(reference, p.aggregate(xs))
+
+
+def test_the_preparing_workers_yield_the_cpu_to_the_caller(offline2):
+    # offline: the workers prepare the next sum while the caller trains, so they run OFFLINE_NICE nicer
+    # than this process; workers without the offline phase only work while the caller waits: as nice as it
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert OFFLINE_NICE > 0
+    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in offline2._pool.pids] == [min(mine + OFFLINE_NICE, 19)] * 2
+    with get_protocol("secagg", workers=2) as online:
+        online.start_workers()
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in online._pool.pids] == [mine] * 2
