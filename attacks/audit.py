@@ -96,10 +96,15 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
     findings = []
     for attack in attacks:
         attack = for_method(attack, knowledge)  # FedSpray/FedOMD: gradient inversion of their uploads
-        for target in attack.targets(view, knowledge, len(setup.clients)):
-            aux = attack.declare_aux(setup, knowledge, target)
-            start = time.perf_counter()
+        try:
+            targets = attack.targets(view, knowledge, len(setup.clients))
+        except NoInput as e:  # nothing in the view to name a target by (e.g. secagg-collusion on a plain run)
+            findings.append(Finding(attack.name, "all", {"no_input": str(e)}, {}, {"adversary": party}))
+            continue
+        for target in targets:
             try:
+                aux = attack.declare_aux(setup, knowledge, target)
+                start = time.perf_counter()
                 reconstruction = attack.attack(view, aux)
             except NoInput as e:
                 findings.append(Finding(attack.name, target, {"no_input": str(e)}, {}, {"adversary": party}))

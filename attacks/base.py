@@ -58,6 +58,16 @@ class NoInput(Exception):
     """The adversary's view holds nothing this attack can use for this target (e.g. only ciphertexts)."""
 
 
+SAMPLE_GRAPH_METHODS = ("fedgpl",)  # clients hold sample graphs (graph-level tasks), not a node graph of their own
+
+
+def needs_node_clients(attack: str, method: str) -> None:
+    """NoInput when the run's clients hold no node graph of their own (FedGPL's task clients)."""
+    if method in SAMPLE_GRAPH_METHODS:
+        raise NoInput(f"{attack} reads a client's node graph and node-level model; {method}'s clients hold sample "
+                      "graphs (its split messages: split-features, split-labels, split-topology, split-decoder)")
+
+
 class Attack(ABC):
     """An attack on one kind of message. Subclasses define the four steps below."""
 

@@ -139,6 +139,9 @@ class DPNoiseRemoval(Attack):
     def attack(self, view: AdversaryView, aux: NoiseAux) -> Denoised:
         if aux.dp_text is None and aux.method == "opfgl" and aux.method_params.get("dp_epsilon") is not None:
             return self._opfgl(view, aux)
+        if aux.dp_text is None and aux.method == "fedgpl":
+            raise NoInput("dp-noise-removal reads the noise of --dp on the federation's messages; FedGPL's split "
+                          "messages are noised by the method itself, which it does not read")
         if aux.dp_text is None:
             raise NoInput("the run has no message DP (--dp)")
         spec = check_dp_for_run(aux.dp_text, aux.method, aux.protocol)

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from scipy.optimize import linprog
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
 from attacks.gcn import gcn_normalize
 from attacks.link_stealing import degree_matched_pairs, pair_similarity
 from attacks.multistep_inversion import LABEL_ITERS, check_replayable, simulate_local_training
@@ -308,6 +308,7 @@ class EdgeRecovery(Attack):
         return [f"client{k}" for k in (self.clients if self.clients is not None else range(num_clients))]
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> EdgeAux:
+        needs_node_clients(self.name, knowledge.method)
         c = setup.clients[client_index(target)]
         train = c.train_mask.nonzero().view(-1).clone()
         labels = c.y[train].clone() if self.labels == "known" else None

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment, nnls
 
-from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
 from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
 from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
                              permuted_words_baseline, unordered_scores)
@@ -333,6 +333,7 @@ class GradientInversion(Attack):
         return out
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> InversionAux:
+        needs_node_clients(self.name, knowledge.method)
         graph = None
         if self.graph == "known" and not target.startswith("aggregate") and self.variant not in ("dictionary", "support"):
             c = setup.clients[client_index(target)]

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
 from attacks.view import AdversaryView
 from attacks.view_models import MODEL_METHODS, final_client_model, final_global_model, model_logits
 from privfgl.federation import SERVER, client_name
@@ -104,6 +104,7 @@ class LinkStealing(Attack):
         return out + ([f"client{k}" for k in clients] if self.target in ("all", "clients") else [])
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> LinkAux:
+        needs_node_clients(self.name, knowledge.method)
         c = setup.clients[client_index(target)]
         post = None
         if self.query == "oracle" and knowledge.method in MODEL_METHODS:  # the deployed model answers queries

@@ -51,7 +51,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
 from attacks.dp_audit_bound import (bound_over_thresholds, candidate_thresholds, max_certifiable_epsilon,
                                     split_half_bound)
 from attacks.view import AdversaryView
@@ -159,6 +159,7 @@ class Membership(Attack):
                 torch.tensor(held[m:], dtype=torch.long).view(-1, 2), torch.from_numpy(order < m))
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> MembershipAux:
+        needs_node_clients(self.name, knowledge.method)
         from privfgl.privacy import privacy_block
         ks = self._members(setup, target)
         cand, pool, _ = self._draw(setup, target)

@@ -80,8 +80,11 @@ class SecAggCollusion(Attack):
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> CollusionAux:
         protocol = setup.federation.protocol
         run = getattr(protocol, "last_run", None)
-        if getattr(protocol, "name", "") != "secagg" or run is None:
+        if getattr(protocol, "name", "") != "secagg":
             raise NoInput("the run's protocol is not secagg")
+        if run is None:
+            raise NoInput("secagg ran the clients in worker or party processes (workers > 1 or mode=multiprocess), "
+                          "where their shares stay; audit collusion on secagg in this process (workers=1)")
         u = client_index(target)
         server = run["server"]
         t = server.threshold

@@ -121,6 +121,8 @@ class SplitDecoder(Attack):
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> DecoderAux:
         k = client_index(target)
+        if knowledge.method != "fedgpl":
+            raise NoInput(f"split-decoder reads FedGPL's split messages, not {knowledge.method}'s")
         table = setup.extras["population_features"].double().clone()
         p = resolve_params(setup.method.params)
         prompt = {"kind": p.prompt, "dim": p.dim, "node_ratio": p.node_ratio, "edge_ratio": p.edge_ratio,

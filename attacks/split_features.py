@@ -90,6 +90,8 @@ class SplitFeatures(Attack):
         return [f"client{k}" for k in (self.clients if self.clients is not None else range(num_clients))]
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> FeatureAux:
+        if knowledge.method != "fedgpl":
+            raise NoInput(f"split-features reads FedGPL's split messages, not {knowledge.method}'s")
         table = setup.extras["population_features"].double().clone()
         return FeatureAux(client_index(target), self.round, self.rows, self.seed, table.mean(0), table)
 

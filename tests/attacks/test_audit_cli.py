@@ -49,3 +49,21 @@ def test_audit_refuses_targets_and_parties_the_run_does_not_have_before_running(
     code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--clients", "3", "--rounds", "1", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, target, reason", [
+    (["--attack", "secagg-collusion"], "all", "no masked input of 'model_update' in the server's view"),
+    (["--attack", "split-features"], "client0", "split-features reads FedGPL's split messages, not fedavg's"),
+    (["--attack", "split-decoder"], "client0", "split-decoder reads FedGPL's split messages, not fedavg's"),
+    (["--attack", "secagg-collusion", "--protocol", "secagg", "--protocol-param", "mode=multiprocess"], "client0",
+     "secagg ran the clients in worker or party processes"),
+])
+def test_an_attack_that_does_not_apply_to_the_run_reports_no_input_with_its_reason(tmp_path, capsys, argv, target, reason):
+    # these raised a traceback before (the attack failed while naming its targets or declaring its aux)
+    out = tmp_path / "audit.json"
+    code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--clients", "3", "--rounds", "1", "--hidden", "16",
+                 "--no-progress", "--out", str(out), *argv])
+    assert code == 0
+    rows = {a["target"]: a for a in json.loads(out.read_text())["attacks"]}
+    assert reason in rows[target]["metrics"]["no_input"]
+    assert "no input" in capsys.readouterr().out

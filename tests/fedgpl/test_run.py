@@ -153,3 +153,18 @@ def test_the_m1_rows_the_server_saw_carry_noise_at_the_calibrated_scale(noised):
     rows = torch.cat([m.tensors["x"].flatten() for m in kept])
     assert rows.numel() > 2000
     assert 0.9 * 20 < rows.abs().mean().item() < 1.1 * 20
+
+
+def test_every_attack_runs_on_a_fedgpl_run_and_the_node_level_ones_say_why_they_have_no_input(clear):
+    # FedGPL's clients hold sample graphs: the attacks that read a client's node graph report no input
+    # (they raised AttributeError before); the split-message attacks score
+    from privfgl.cli import ATTACK_NAMES
+
+    cfg, _, setup = clear
+    found = findings(cfg, setup, *ATTACK_NAMES)
+    assert {name for name, _ in found} == set(ATTACK_NAMES)
+    for name in ("gradient-inversion", "membership", "link-stealing", "edge-recovery"):
+        reasons = {f.metrics.get("no_input") for (n, _), f in found.items() if n == name}
+        assert reasons == {f"{name} reads a client's node graph and node-level model; fedgpl's clients hold sample "
+                           "graphs (its split messages: split-features, split-labels, split-topology, split-decoder)"}
+    assert "no_input" not in found[("split-features", "client0")].metrics
