@@ -71,15 +71,47 @@ def _check_dropout(dropout) -> dict[int, frozenset[int]]:
     return round_clients("dropout", dropout)
 
 
+def _is_index(k) -> bool:
+    return isinstance(k, int) and not isinstance(k, bool) and k >= 0
+
+
 def _check_faults(faults) -> dict:
+    """The shape of every fault (client indices are checked against K, and share holders against the graph,
+    when a sum runs: ``_check_fault_clients``)."""
     if faults is None:
         return {}
     if not isinstance(faults, dict) or set(faults) - set(FAULTS):
         raise ProtocolError(f"faults: expected a mapping with keys among {', '.join(FAULTS)}, got {faults!r}")
     for key in ("tamper_share", "replay_share", "bad_share"):
-        if key in faults and not (isinstance(faults[key], (list, tuple)) and len(faults[key]) == 2):
-            raise ProtocolError(f"faults: {key} expects [owner, holder], got {faults[key]!r}")
+        pair = faults.get(key)
+        if key in faults and not (isinstance(pair, (list, tuple)) and len(pair) == 2 and _is_index(pair[0])
+                                  and (_is_index(pair[1]) or key == "replay_share" and pair[1] == "all")
+                                  and pair[0] != pair[1]):
+            holder = 'a client index or "all"' if key == "replay_share" else "a client index"
+            raise ProtocolError(f"faults: {key} expects [owner, holder], two client indices (holder: {holder}, "
+                                f"not the owner), got {pair!r}")
+    if "late" in faults and not (isinstance(faults["late"], (list, tuple)) and all(map(_is_index, faults["late"]))):
+        raise ProtocolError(f"faults: late expects a list of client indices, got {faults['late']!r}")
+    if "ask_both" in faults and not _is_index(faults["ask_both"]):
+        raise ProtocolError(f"faults: ask_both expects one client index, got {faults['ask_both']!r}")
     return dict(faults)
+
+
+def _check_fault_clients(faults: dict, holders: list[tuple[int, ...]]) -> None:
+    """Every client a fault names exists, and a share fault's holder holds the owner's shares (else the
+    fault could not happen: it is refused rather than silently skipped)."""
+    K = len(holders)
+    named = [(key, k) for key in ("tamper_share", "replay_share", "bad_share") if key in faults
+             for k in faults[key] if k != "all"]
+    named += [("late", k) for k in faults.get("late", ())] + ([("ask_both", faults["ask_both"])] if "ask_both" in faults else [])
+    for key, k in named:
+        if k >= K:
+            raise ProtocolError(f"faults: {key}: client index {k} is out of range for {K} clients; valid: 0..{K - 1}")
+    for key in ("tamper_share", "replay_share", "bad_share"):
+        if key in faults and faults[key][1] != "all" and faults[key][1] not in holders[faults[key][0]]:
+            owner, holder = faults[key]
+            raise ProtocolError(f"faults: {key}: client {holder} holds no share of client {owner} (its holders: "
+                                f"{', '.join(map(str, holders[owner]))})")
 
 
 class SecAggProtocol(Protocol):
@@ -222,6 +254,7 @@ class SecAggProtocol(Protocol):
         nbrs, holders, t = self.setup(K)
         drops = self._drops(K)
         faults = self.faults
+        _check_fault_clients(faults, holders)
         late = set(faults.get("late", ()))
         members = [(u, nbrs[u], holders[u], t) for u in range(K)]
         pool = self._ready_pool()

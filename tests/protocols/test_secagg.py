@@ -191,6 +191,32 @@ def test_bad_parameters():
     assert p.aggregate([torch.ones(2)] * 4).details["survivors"] == [0, 2, 3]
 
 
+@pytest.mark.parametrize("faults, message", [
+    ({"late": 3}, "faults: late expects a list of client indices, got 3"),
+    ({"ask_both": [1]}, r"faults: ask_both expects one client index, got \[1\]"),
+    ({"tamper_share": [0, 0]}, "tamper_share expects \\[owner, holder\\], two client indices"),
+    ({"tamper_share": ["a", "b"]}, "tamper_share expects"),
+    ({"replay_share": [1, "some"]}, "replay_share expects"),
+])
+def test_a_fault_of_the_wrong_shape_is_refused_when_the_protocol_is_made(faults, message):
+    # before: a TypeError in the middle of a sum, or no fault at all
+    with pytest.raises(ProtocolError, match=message):
+        get_protocol("secagg", faults=faults)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"faults": {"tamper_share": [0, 9]}}, "faults: tamper_share: client index 9 is out of range for 4 clients; valid: 0..3"),
+    ({"faults": {"bad_share": [7, 0]}}, "faults: bad_share: client index 7 is out of range for 4 clients"),
+    ({"faults": {"late": [9]}}, "faults: late: client index 9 is out of range for 4 clients"),
+    ({"faults": {"ask_both": 4}}, "faults: ask_both: client index 4 is out of range for 4 clients"),
+    ({"faults": {"tamper_share": [0, 3]}, "graph": "kregular", "degree": 2}, "faults: tamper_share: client 3 holds no share of client 0"),
+])
+def test_a_fault_that_could_not_happen_in_the_sum_is_refused_rather_than_skipped(params, message):
+    # before: the sum ran as if no fault had been asked for, with the same bytes and result
+    with pytest.raises(ProtocolError, match=message):
+        get_protocol("secagg", graph_seed=0, **params).aggregate([torch.ones(3)] * 4)
+
+
 # --- dropout ---------------------------------------------------------------------------------
 
 
