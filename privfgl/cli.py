@@ -255,7 +255,10 @@ def check_writable(path: str | Path, flag: str, directory: bool = False) -> None
     """Raise ConfigError (one line) unless `path` can be written: a file (or, with `directory`, a
     folder) whose parent exists or can be created and is writable. Checked before a run starts, so
     a bad path never costs the run."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a symlink: its target is what gets written
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ConfigError(f"{flag} {path}: is not a regular file (a device, FIFO or socket), which the "
+                          f"atomic write would replace; give a {'folder' if directory else 'file path'}")
     if path.exists() and path.is_dir() != directory:
         raise ConfigError(f"{flag} {path}: is {'a folder' if path.is_dir() else 'a file'}; give a "
                           f"{'folder' if directory else 'file path'}")

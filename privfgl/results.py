@@ -45,8 +45,9 @@ def server_view_summary(fed) -> str:
 
 
 def write_record(record: dict, path: str | os.PathLike) -> Path:
-    """Write atomically (temp file + rename) so an interrupted run never leaves half a record."""
-    path = Path(path)
+    """Write atomically (temp file + rename) so an interrupted run never leaves half a record. A
+    symlink is written through (its target is replaced, the link stays)."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(record, indent=2, default=_json_default))

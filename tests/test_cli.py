@@ -193,6 +193,7 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["run", "--absent", "x:1"], "argument --absent: 'x:1': expected ROUND:K[+K...]"),
     (["audit", "--canary-seed", "1.5", "--attack", "membership"], "argument --canary-seed: invalid int value: '1.5'"),
     (["run", "--save-view", ""], "--save-view: an empty path"),  # was silently no view
+    (["run", "--out", "/dev/null"], "--out /dev/null: is not a regular file"),  # was: replaced by the record
     (["run", "--protocol", "crypten", "--protocol-param", "mode=multiprocess", "--crypten-mode", "inprocess"],
      "--crypten-mode inprocess and --protocol-param mode=multiprocess disagree"),  # was: in process, silently
 ])
@@ -284,3 +285,16 @@ def test_sigterm_removes_the_parties_private_files_and_processes(planetoid_root,
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in children)
+
+
+def test_out_writes_through_a_symlink_and_refuses_a_fifo(tmp_path, capsys):
+    # before: the atomic write replaced the link (or the FIFO, or a device) by a regular file
+    import os
+
+    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
+    os.mkfifo(tmp_path / "fifo.json")
+    base = ["run", "--method", "fedavg", "--dataset", "sbm", "--clients", "3", "--rounds", "1", "--no-progress", "--out"]
+    assert main([*base, str(tmp_path / "link.json")]) == 0
+    assert (tmp_path / "link.json").is_symlink() and json.loads((tmp_path / "target.json").read_text())["config"]
+    assert main([*base, str(tmp_path / "fifo.json")]) == 2
+    assert "is not a regular file" in capsys.readouterr().err and not (tmp_path / "fifo.json").is_file()
