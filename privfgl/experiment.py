@@ -158,7 +158,7 @@ class RunConfig:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         out_of_range = sorted(k for who in mask.values() for k in who if k >= self.clients)
-        late = sorted(r for r in mask if r != "*" and r >= self.rounds)
+        late = sorted(r for r in mask if r != "*" and not 0 <= r < self.rounds)  # a negative round: none
         if out_of_range or late:
             bad("absent", self.absent, f"rounds 0..{self.rounds - 1} (or '*': every round) and client indices "
                                        f"0..{self.clients - 1}")

@@ -64,6 +64,7 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--absent", "0:12"], "invalid absent {'0': [12]}; valid: rounds 0..0 (or '*': every round) and client "
                            "indices 0..9"),
     (["--absent", "1:0"], "invalid absent {'1': [0]}; valid: rounds 0..0"),  # a round the run does not have
+    (["--absent=-1:0"], "absent: round keys must be integers >= 0 or '*', got '-1'"),  # was silently no absence
     (["--split", "1,0,0"], "each > 0"),  # no validation or test nodes to choose and score a round on
     (["--seed", "-1"], "invalid seed -1; valid: an integer from 0 to 2**32 - 1"),
     (["--partition-seed", "-1"], "invalid partition_seed -1"),

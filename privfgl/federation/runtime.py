@@ -49,9 +49,11 @@ def participation_mask(absent) -> dict | None:
     for r, who in absent.items():
         if r != "*":
             try:
-                r = int(r)
+                key, r = r, int(r)
             except (TypeError, ValueError):
-                raise ValueError(f"absent: round keys must be integers >= 0 or '*', got {r!r}") from None
+                key, r = r, -1
+            if r < 0:
+                raise ValueError(f"absent: round keys must be integers >= 0 or '*', got {key!r}")
         if isinstance(who, int):
             who = [who]
         if not isinstance(who, (list, tuple, set, frozenset)) or not all(
