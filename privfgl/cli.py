@@ -49,6 +49,16 @@ def _settings(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(","))
 
 
+class _Once(argparse.Action):
+    """A flag that may be given once: a second value is refused rather than silently replacing the first."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r}, then {values!r}); "
+                         "one spec per run (on=all or an alias protects several messages)")
+        setattr(namespace, self.dest, values)
+
+
 def _absent(text: str) -> tuple[str, list[int]]:
     """--absent ROUND:K[+K...] -> (round, [clients]); ROUND may be * (every round)."""
     round_, _, who = text.partition(":")
@@ -98,9 +108,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
            "as its own OS process over torch.distributed")
     a("--protocol-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="protocol parameter, e.g. precision_bits=20 or mode=multiprocess (repeatable)")
-    a("--dp", metavar="SPEC",
+    a("--dp", metavar="SPEC", action=_Once,
       help="differential privacy on a message, e.g. gaussian:sigma=1.0,clip=1.0,on=update,mode=central or "
-           "laplace:epsilon=1.0,clip=1.0,on=stats,mode=local (README: Differential privacy)")
+           "laplace:epsilon=1.0,clip=1.0,on=stats,mode=local (README: Differential privacy); one per run")
     a("--partition-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="partition parameter, e.g. alpha=0.5 for dirichlet (repeatable)")
     a("--method-param", type=_key_value, action="append", metavar="KEY=VALUE",

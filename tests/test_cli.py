@@ -195,6 +195,8 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["audit", "--canary-seed", "1.5", "--attack", "membership"], "argument --canary-seed: invalid int value: '1.5'"),
     (["run", "--save-view", ""], "--save-view: an empty path"),  # was silently no view
     (["run", "--out", "/dev/null"], "--out /dev/null: is not a regular file"),  # was: replaced by the record
+    (["run", "--dp", "gaussian:sigma=1,clip=1,on=update,mode=local", "--dp", "laplace:epsilon=1,clip=1,on=update,mode=local"],
+     "argument --dp: given twice"),  # was: the last spec, silently
     (["run", "--protocol", "crypten", "--protocol-param", "mode=multiprocess", "--crypten-mode", "inprocess"],
      "--crypten-mode inprocess and --protocol-param mode=multiprocess disagree"),  # was: in process, silently
 ])
