@@ -217,6 +217,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from privfgl.results import format_table, write_record
     imports_done()
     cfg = config_from_args(args)
+    if args.save_view and cfg.transcript == "none":
+        raise ConfigError("--save-view with --transcript none: the view would hold no payloads; valid: "
+                          "--transcript last or all (all by default with --save-view)")
     check_outputs(args)
     if args.save_view and args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # the view holds every round's payloads
@@ -246,6 +249,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         check_audit(attacks, args.adversary, cfg.clients)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.transcript == "none":
+        raise ConfigError("audit with --transcript none: the attacks would have no payloads to read; valid: "
+                          "--transcript last or all (all by default under audit)")
     check_outputs(args)
     if args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads

@@ -197,6 +197,8 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["run", "--out", "/dev/null"], "--out /dev/null: is not a regular file"),  # was: replaced by the record
     (["run", "--dp", "gaussian:sigma=1,clip=1,on=update,mode=local", "--dp", "laplace:epsilon=1,clip=1,on=update,mode=local"],
      "argument --dp: given twice"),  # was: the last spec, silently
+    (["run", "--transcript", "none", "--save-view", "/tmp/privfgl-test-view"], "--save-view with --transcript none"),
+    (["audit", "--transcript", "none", "--attack", "label-inference"], "audit with --transcript none"),  # was: no input
     (["run", "--protocol", "crypten", "--protocol-param", "mode=multiprocess", "--crypten-mode", "inprocess"],
      "--crypten-mode inprocess and --protocol-param mode=multiprocess disagree"),  # was: in process, silently
 ])
