@@ -199,6 +199,7 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
      "argument --dp: given twice"),  # was: the last spec, silently
     (["run", "--transcript", "none", "--save-view", "/tmp/privfgl-test-view"], "--save-view with --transcript none"),
     (["audit", "--transcript", "none", "--attack", "label-inference"], "audit with --transcript none"),  # was: no input
+    (["run", "--method", "dp-sgd", "--method-param", "federated=maybe"], "dp-sgd: federated must be true or false"),
     (["run", "--protocol", "crypten", "--protocol-param", "mode=multiprocess", "--crypten-mode", "inprocess"],
      "--crypten-mode inprocess and --protocol-param mode=multiprocess disagree"),  # was: in process, silently
 ])

@@ -48,6 +48,8 @@ def dp_sgd_params(params: dict) -> dict:
         raise ConfigError(f"dp-sgd: degree must be an integer >= 1, got {p['degree']!r}")
     if p["accountant"] not in ACCOUNTANTS:
         raise ConfigError(f"dp-sgd: accountant must be one of {', '.join(ACCOUNTANTS)}, got {p['accountant']!r}")
+    if not isinstance(p["federated"], bool):
+        raise ConfigError(f"dp-sgd: federated must be true or false, got {p['federated']!r}")
     if p["seed"] != OS and (isinstance(p["seed"], bool) or not isinstance(p["seed"], int)):
         raise ConfigError(f"dp-sgd: seed must be 'os' (the default) or an integer, got {p['seed']!r}")
     return p
