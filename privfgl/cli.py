@@ -357,9 +357,14 @@ def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
         raise ConfigError(f"--table-only: results folder {sweep.results} does not exist (no records to report)")
     if not args.table_only:
         check_cells(todo)  # before any folder is made: a refused sweep leaves nothing behind
+    doc_flag = "--doc" if getattr(args, "doc", None) else f"[sweep] doc of {sweep.source}"
+    if sweep.doc and (Path(sweep.doc).suffix.lower() != ".md"
+                      or Path(os.path.realpath(sweep.doc)) == Path(os.path.realpath(sweep.source))):
+        raise ConfigError(f"{doc_flag} {sweep.doc}: the report's block goes into a Markdown page; valid: a .md file "
+                          "(not the sweep's config)")
     check_writable(sweep.results, "results folder", directory=True)
     if sweep.doc:
-        check_writable(sweep.doc, "--doc" if getattr(args, "doc", None) else f"[sweep] doc of {sweep.source}")
+        check_writable(sweep.doc, doc_flag)
     failures = []
     if not args.table_only:
         failures = run_sweep(todo, jobs=args.jobs, progress=not args.no_progress)

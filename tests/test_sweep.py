@@ -236,6 +236,18 @@ def test_a_docs_page_gets_the_sweeps_block_rewritten_not_appended_twice(finished
     assert "![acc](img/small/acc.png)" in text and (page.parent / "img" / "small" / "acc.png").is_file()
 
 
+def test_a_doc_that_is_not_a_markdown_page_is_refused_before_anything_runs(tmp_path, planetoid_root, capsys):
+    # before: --doc CONFIG.toml appended the report's Markdown block to the sweep's own config, which then no
+    # longer parsed as TOML
+    config = write(tmp_path, SMALL)
+    before = config.read_text()
+    for doc in (config, tmp_path / "notes.txt"):
+        code = main(["sweep", str(config), "--results", str(tmp_path / "results"), "--doc", str(doc),
+                     "--data-root", str(planetoid_root), "--offline", "--no-progress"])
+        assert code == 2 and "valid: a .md file (not the sweep's config)" in capsys.readouterr().err
+    assert config.read_text() == before and not (tmp_path / "results").exists() and not (tmp_path / "notes.txt").exists()
+
+
 def test_paper_numbers_and_record_paths_become_columns(finished, tmp_path, planetoid_root, capsys):
     text = SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\ncolumns = ["test_acc", "metrics.test_f1_macro"]').replace(
         'label = "fedavg"', 'label = "fedavg"\npaper = { test_acc = 0.795 }')  # a reference: the same cell
