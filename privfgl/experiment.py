@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import random
@@ -130,10 +131,10 @@ class RunConfig:
         for name in ("local_epochs", "finetune_epochs"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
-        if self.lr <= 0:
-            bad("lr", self.lr, "a number > 0")
-        if self.mu < 0 or self.weight_decay < 0:
-            bad("mu/weight_decay", (self.mu, self.weight_decay), "numbers >= 0")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            bad("lr", self.lr, "a finite number > 0")
+        if not (math.isfinite(self.mu) and math.isfinite(self.weight_decay)) or self.mu < 0 or self.weight_decay < 0:
+            bad("mu/weight_decay", (self.mu, self.weight_decay), "finite numbers >= 0")
         if self.split_mode not in SPLIT_MODES:
             bad("split_mode", self.split_mode, ", ".join(SPLIT_MODES))
         if len(self.split) != 3 or any(r <= 0 for r in self.split) or sum(self.split) > 1 + 1e-9:

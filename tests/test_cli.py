@@ -65,6 +65,8 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
                            "indices 0..9"),
     (["--absent", "1:0"], "invalid absent {'1': [0]}; valid: rounds 0..0"),  # a round the run does not have
     (["--absent=-1:0"], "absent: round keys must be integers >= 0 or '*', got '-1'"),  # was silently no absence
+    (["--lr", "nan"], "invalid lr nan; valid: a finite number > 0"),  # was torch's message
+    (["--lr", "inf"], "invalid lr inf; valid: a finite number > 0"),  # was a NaN-input error after training
     (["--split", "1,0,0"], "each > 0"),  # no validation or test nodes to choose and score a round on
     (["--seed", "-1"], "invalid seed -1; valid: an integer from 0 to 2**32 - 1"),
     (["--partition-seed", "-1"], "invalid partition_seed -1"),
