@@ -100,6 +100,10 @@ def check_cells(sweep: Sweep) -> None:
             if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
                                        or not 0 < target < float("inf")):
                 raise ConfigError(f"target_epsilon {target!r}: valid: a number > 0 (the ε to calibrate σ for)")
+            run_options = {k: v for k, v in cell.options.items() if k not in SWEEP_OPTIONS}
+            if target is not None and not (_uses(run_options, "sigma") or _uses(run_options, "target_epsilon")):
+                raise ConfigError(f"target_epsilon {target!r} is used by no option of the cell: put {{sigma}} in its "
+                                  "dp spec or {target_epsilon} in a method param (e.g. dp_epsilon)")
             cfg, _ = run_config(cell, sweep.seeds[0], None, False)
             cfg.validate()
             canonical_name(cfg.dataset)
