@@ -103,3 +103,7 @@ def split_clients(subgraphs: list[Data], train: float, val: float, test: float, 
             sub.train_mask, sub.val_mask, sub.test_mask = random_split(sub.num_nodes, train, val, test, client_seed)
         else:
             sub.train_mask, sub.val_mask, sub.test_mask = stratified_split(sub.y, train, val, test, client_seed)
+    for name, what in (("train", "training"), ("val", "validation"), ("test", "test")):
+        if not any(bool(getattr(sub, f"{name}_mask").any()) for sub in subgraphs):
+            raise DataError(f"split {train:g},{val:g},{test:g} gives no client a {what} node ({mode}, per client"
+                            f"{' and class' if mode == 'stratified' else ''}); valid: larger ratios (e.g. 0.2,0.4,0.4)")
