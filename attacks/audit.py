@@ -61,14 +61,18 @@ def parse_attack(spec: str) -> Attack:
         raise ValueError(f"attack {name}: {e}") from None
 
 
-def check_audit(attacks: list[Attack], party: str, num_clients: int) -> None:
-    """Before the run: every client an attack names exists, and the adversary is a party of the run
-    (the server or client0 … client{K-1}); ValueError (one line) otherwise."""
+def check_audit(attacks: list[Attack], party: str, num_clients: int, canaries: int = 0) -> None:
+    """Before the run: every client an attack names exists, the adversary is a party of the run
+    (the server or client0 … client{K-1}), and an attack on canaries has some (``canaries`` per client);
+    ValueError (one line) otherwise."""
     parties = [SERVER] + [client_name(k) for k in range(num_clients)]
     if party not in parties:
         raise ValueError(f"--adversary {party!r}: not a party of this run; valid: {SERVER}, "
                          f"{client_name(0)} … {client_name(num_clients - 1)}")
     for attack in attacks:
+        if getattr(attack, "candidates", None) == "canaries" and not canaries:
+            raise ValueError(f"attack {attack.name}: candidates=canaries in a run without canaries; valid: with "
+                             "--canaries N (N >= 1), or candidates=nodes")
         named = getattr(attack, "clients", None) or []
         if any(k >= num_clients for k in named):
             raise ValueError(f"attack {attack.name}: clients={'+'.join(map(str, named))}: the run has {num_clients} "

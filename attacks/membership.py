@@ -36,7 +36,8 @@ global model always (it is post-processing of the noised release); a client's up
 dp-sgd or message DP in local mode (central and distributed uploads carry no or 1/K of the noise).
 `candidates=canaries`: the candidates are the auditor's canary nodes instead (privfgl.data.canaries: the
 run option `--canaries N` inserts them before training, each a member by an independent coin); no
-candidates (no input) in a run without canaries. The held-out real nodes remain the shadow pool.
+candidates (no input) in a run without canaries (`privfgl audit` and sweeps refuse that before the run).
+The held-out real nodes remain the shadow pool.
 """
 from __future__ import annotations
 

@@ -246,7 +246,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise ConfigError(str(e)) from None
     cfg = config_from_args(args)
     try:
-        check_audit(attacks, args.adversary, cfg.clients)
+        check_audit(attacks, args.adversary, cfg.clients, cfg.canaries)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.transcript == "none":

@@ -176,6 +176,9 @@ class RunConfig:
                               "0 = none)")
         if self.canary_seed is not None and not is_int(self.canary_seed):
             raise ConfigError(f"invalid canary_seed {self.canary_seed!r}; valid: an integer, or unset for the run's seed")
+        if self.canary_seed is not None and not self.canaries:
+            raise ConfigError(f"canary_seed {self.canary_seed} without canaries: it seeds the canaries' draw; "
+                              "valid: with --canaries N (N >= 1), or unset")
         if self.canaries and self.partition == TASK_PARTITION:
             raise ConfigError(f"canaries {self.canaries}: fedgpl's task clients (--partition {TASK_PARTITION}) are "
                               "sampled graphs, not node-classification graphs; canaries need another partition")

@@ -72,6 +72,7 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--seed", "-1"], "invalid seed -1; valid: an integer from 0 to 2**32 - 1"),
     (["--partition-seed", "-1"], "invalid partition_seed -1"),
     (["--canaries", "2", "--canary-seed", "-5"], "invalid canary_seed -5"),
+    (["--canary-seed", "5"], "canary_seed 5 without canaries"),  # was accepted, with no effect
     (["--method-param", "foo=1"], "fedavg: takes no method params (got foo)"),
     (["--method", "fedprox", "--method-param", "mu=abc"], "fedprox: takes no method params (got mu)"),
     (["--absent-rate", "1"], "invalid absent_rate 1.0; valid: a probability in [0, 1)"),

@@ -111,7 +111,7 @@ def check_cells(sweep: Sweep) -> None:
             from attacks import parse_attack
             from attacks.audit import check_audit
             attacks = [parse_attack(a) for a in cell.options.get("attacks") or []]
-            check_audit(attacks, cell.options.get("adversary", "server"), cfg.clients)
+            check_audit(attacks, cell.options.get("adversary", "server"), cfg.clients, cfg.canaries)
         except ValueError as e:
             raise ConfigError(f"sweep {sweep.name}, cell {cell.label!r}: {' '.join(str(e).split())}") from None
 

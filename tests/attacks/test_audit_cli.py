@@ -44,6 +44,7 @@ def test_audit_rejects_an_unknown_attack(capsys):
     (["--attack", "label-inference:foo=1"], "attack label-inference: unknown parameter 'foo'; valid: round, clients"),
     (["--attack", "label-inference", "--adversary", "foo"], "--adversary 'foo': not a party of this run"),
     (["--attack", "label-inference", "--adversary", "client3"], "--adversary 'client3': not a party of this run"),
+    (["--attack", "membership:candidates=canaries"], "candidates=canaries in a run without canaries"),  # was: no input
 ])
 def test_audit_refuses_targets_and_parties_the_run_does_not_have_before_running(capsys, argv, message):
     code = main(["audit", "--method", "fedavg", "--dataset", "sbm", "--clients", "3", "--rounds", "1", *argv])
