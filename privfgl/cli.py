@@ -83,8 +83,8 @@ def _key_value(text: str) -> tuple[str, object]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privfgl run` (defaults None: unset options fall back to --config, then RunConfig)."""
     a = p.add_argument
-    a("--method", help=", ".join(METHOD_NAMES))
-    a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset>")
+    a("--method", help=", ".join(METHOD_NAMES) + " (default: fedavg)")
+    a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset> (default: cora)")
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients), "
                           "tasks (fedgpl: induced sample graphs, a third of the clients per task level)")
     a("--clients", type=int, help="number of clients K")
