@@ -68,7 +68,7 @@ def test_config_file_is_read_and_flags_override_it(planetoid_root, tmp_path, cap
     (["--lr", "nan"], "invalid lr nan; valid: a finite number > 0"),  # was torch's message
     (["--lr", "inf"], "invalid lr inf; valid: a finite number > 0"),  # was a NaN-input error after training
     (["--split", "1,0,0"], "each > 0"),  # no validation or test nodes to choose and score a round on
-    (["--split", "0.001,0.001,0.001"], "gives no client a training node"),  # was: accuracy 0.0 over no test node
+    (["--split", "0.001,0.001,0.001"], "leaves every client with no training node"),  # was: accuracy 0.0 over no test node
     (["--seed", "-1"], "invalid seed -1; valid: an integer from 0 to 2**32 - 1"),
     (["--partition-seed", "-1"], "invalid partition_seed -1"),
     (["--canaries", "2", "--canary-seed", "-5"], "invalid canary_seed -5"),

@@ -105,5 +105,8 @@ def split_clients(subgraphs: list[Data], train: float, val: float, test: float, 
             sub.train_mask, sub.val_mask, sub.test_mask = stratified_split(sub.y, train, val, test, client_seed)
     for name, what in (("train", "training"), ("val", "validation"), ("test", "test")):
         if not any(bool(getattr(sub, f"{name}_mask").any()) for sub in subgraphs):
-            raise DataError(f"split {train:g},{val:g},{test:g} gives no client a {what} node ({mode}, per client"
-                            f"{' and class' if mode == 'stratified' else ''}); valid: larger ratios (e.g. 0.2,0.4,0.4)")
+            hint = ", or --split-mode random (at least one training node per client)" \
+                if name == "train" and mode == "stratified" else ""
+            raise DataError(f"split {train:g},{val:g},{test:g} leaves every client with no {what} node ({mode}, per "
+                            f"client{' and class' if mode == 'stratified' else ''}); valid: larger ratios (e.g. "
+                            f"0.2,0.4,0.4){hint}")
