@@ -455,3 +455,10 @@ def test_sigterm_stops_a_parallel_sweep_now_and_leaves_no_worker(tmp_path, plane
     assert not [p for p in (tmp_path / "res").rglob("*") if p.is_file()]
     time.sleep(1)
     assert not [pid for pid in workers if alive(pid)]
+
+
+@pytest.mark.parametrize("text", ["", "[sweep]\nname = \"empty\"\n", "[base]\n"])
+def test_a_config_that_defines_no_runs_is_refused(tmp_path, text):
+    # before: it ran one default cell (FedAvg, Cora, 10 clients, 100 rounds)
+    with pytest.raises(ConfigError, match="defines no runs; valid: a \\[base\\] table, a \\[grid\\] table or \\[\\[cells\\]\\]"):
+        load_sweep(write(tmp_path, text))

@@ -215,6 +215,9 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
             labels[cell.label] = cell
             cells.append(cell)
     plots = tuple(_plot(path, p) for p in data.get("plots", []))
+    if not any(data.get(key) for key in ("base", "grid", "cells")):
+        raise ConfigError(f"sweep config {path}: defines no runs; valid: a [base] table, a [grid] table or [[cells]] "
+                          "(docs/sweeps.md)")
     return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
                  seeds=tuple(seeds), cells=tuple(cells), columns=tuple(columns), plots=plots,
                  title=str(head.get("title", "")), doc=head.get("doc"), headers=dict(headers))
