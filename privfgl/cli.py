@@ -55,7 +55,7 @@ class _Once(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         if getattr(namespace, self.dest, None) is not None:
             parser.error(f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r}, then {values!r}); "
-                         "one spec per run (on=all or an alias protects several messages)")
+                         "give it once")
         setattr(namespace, self.dest, values)
 
 
@@ -110,7 +110,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
       help="protocol parameter, e.g. precision_bits=20 or mode=multiprocess (repeatable)")
     a("--dp", metavar="SPEC", action=_Once,
       help="differential privacy on a message, e.g. gaussian:sigma=1.0,clip=1.0,on=update,mode=central or "
-           "laplace:epsilon=1.0,clip=1.0,on=stats,mode=local (README: Differential privacy); one per run")
+           "laplace:epsilon=1.0,clip=1.0,on=stats,mode=local (README: Differential privacy); once per run "
+           "(on=all or an alias covers several messages)")
     a("--partition-param", type=_key_value, action="append", metavar="KEY=VALUE",
       help="partition parameter, e.g. alpha=0.5 for dirichlet (repeatable)")
     a("--method-param", type=_key_value, action="append", metavar="KEY=VALUE",
