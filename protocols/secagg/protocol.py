@@ -44,6 +44,10 @@ _U32 = struct.Struct("<I")
 _ANSWER = struct.Struct("<BIH")
 
 
+def _is_index(k) -> bool:
+    return isinstance(k, int) and not isinstance(k, bool) and k >= 0
+
+
 def round_clients(name: str, value, example: str = "{3: [1, 4]}") -> dict[int, frozenset[int]]:
     """A `{round: client indices}` parameter (`dropout`, `kill_at`) checked: rounds 1-4, indices >= 0."""
     if value is None:
@@ -60,8 +64,7 @@ def round_clients(name: str, value, example: str = "{3: [1, 4]}") -> dict[int, f
             raise ProtocolError(f"{name}: round keys must be 1, 2, 3 or 4, got {value!r}")
         if isinstance(who, int):
             who = [who]
-        if not isinstance(who, (list, tuple, set, frozenset)) or not all(
-                isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in who):
+        if not isinstance(who, (list, tuple, set, frozenset)) or not all(map(_is_index, who)):
             raise ProtocolError(f"{name}: round {r}: expected a list of client indices, got {who!r}")
         out[r] = frozenset(who)
     return out
@@ -69,10 +72,6 @@ def round_clients(name: str, value, example: str = "{3: [1, 4]}") -> dict[int, f
 
 def _check_dropout(dropout) -> dict[int, frozenset[int]]:
     return round_clients("dropout", dropout)
-
-
-def _is_index(k) -> bool:
-    return isinstance(k, int) and not isinstance(k, bool) and k >= 0
 
 
 def _check_faults(faults) -> dict:
