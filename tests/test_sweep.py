@@ -135,6 +135,7 @@ def test_a_file_that_is_not_utf8_or_a_folder_is_named(tmp_path):
     ('method = "dp-fedavg"\ndp = "gaussian:sigma={sigma},clip=1,on=update"\ntarget_epsilon = "eight"',
      "target_epsilon 'eight'"),
     ('method = "fedavg"\ntarget_epsilon = 4', "target_epsilon 4 is used by no option of the cell"),  # was ignored
+    ('attacks = ["membership"]', 'attacks with transcript "none"'),  # SMALL's base keeps no payloads
 ])
 def test_every_cell_is_checked_before_the_first_run(tmp_path, cell, message):
     """A cell that would fail in its run is refused before any cell runs (the others' runs are not

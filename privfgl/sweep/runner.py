@@ -112,6 +112,9 @@ def check_cells(sweep: Sweep) -> None:
             from attacks.audit import check_audit
             attacks = [parse_attack(a) for a in cell.options.get("attacks") or []]
             check_audit(attacks, cell.options.get("adversary", "server"), cfg.clients, cfg.canaries)
+            if attacks and cfg.transcript == "none":
+                raise ConfigError("attacks with transcript \"none\": they would have no payloads to read; valid: "
+                                  "transcript \"last\" or \"all\" (all by default when a cell has attacks)")
         except ValueError as e:
             raise ConfigError(f"sweep {sweep.name}, cell {cell.label!r}: {' '.join(str(e).split())}") from None
 
