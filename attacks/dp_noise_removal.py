@@ -25,6 +25,14 @@ each client draws its 1/K share, client by client, blocks n, S1, S2 in order, an
 subtracts their sum from the revealed `class_stats:sum` ("aggregate" only; every value in units of
 its block's noise std, so noise_std is 1). Scored against the sum of the clients' clipped
 statistics (recomputed on the auditor's side). Central mode: the server draws the noise itself.
+FedGPL's split messages (`--dp ...,on=m1|m3|split,mode=local,seed=N`, noised by their sender,
+privfgl/privacy/split_dp.py): one seeded source draws the noise of every noised message in the
+order the split steps send them (per round, client by client, per minibatch M1, M2, M3, M4), and
+the server's view holds every message's shape (`--transcript all`, the audit's default). The attack
+replays those draws and subtracts them from client K's M1 rows or M3 gradients of the targeted
+round (all its minibatches, concatenated). Scored against the clipped rows before noise
+(SplitDP.audit_clipped, auditor side). No "aggregate" (split messages are not
+summed) and no M2/M4 (the server noises those itself).
 Not covered: DP-SGD (its noise is inside each client's local training, never a message).
 """
 from __future__ import annotations
@@ -35,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.view import AdversaryView
+from attacks.view import AdversaryView, adversary_view
 from privfgl.federation import SERVER, client_name
 from privfgl.federation.messages import Message
 from privfgl.methods.opfgl import dp as opfgl_dp
@@ -43,7 +51,7 @@ from privfgl.methods.dp_fedavg import dp_fedavg_params
 from privfgl.methods.opfgl.params import resolve_params as opfgl_params
 from privfgl.privacy.message_dp import Layout
 from privfgl.privacy.noise import NoiseSource
-from privfgl.privacy.spec import DPSpec, check_dp_for_run
+from privfgl.privacy.spec import SPLIT_MESSAGES, DPSpec, check_dp_for_run
 
 Tensors = dict[str, torch.Tensor]
 
@@ -100,6 +108,30 @@ def regenerate(spec: DPSpec, num_clients: int, draws: tuple[tuple[Layout, ...], 
     return noise
 
 
+# FedGPL's split messages M1-M4 (privfgl/methods/fedgpl/split.py): the noised field of each, and who sends it
+M1, M2, M3, M4 = SPLIT_MESSAGES
+SPLIT_FIELDS = {M1: "x", M2: "H", M3: "grad", M4: "grad"}
+_FROM_CLIENT = (M1, M3)
+
+
+def split_draws(messages: list[Message] | tuple[Message, ...], num_clients: int,
+                noised: tuple[str, ...]) -> list[Message]:
+    """The `noised` split messages in the order SplitDP drew their noise (privfgl/methods/fedgpl: per
+    round, client by client, per minibatch M1, M2, M3, M4), from the server's view: the i-th M1 and M3
+    it received from client k in round r and the i-th M2 and M4 it sent to k are minibatch i's."""
+    by_key: dict[tuple[int, int, str], list[Message]] = {}
+    for m in messages:
+        if m.name in SPLIT_FIELDS:
+            k = client_index(m.sender if m.name in _FROM_CLIENT else m.receiver)
+            by_key.setdefault((m.round, k, m.name), []).append(m)
+    order = []
+    for r in sorted({r for r, _, _ in by_key}):
+        for k in range(num_clients):
+            batches = zip(*(by_key.get((r, k, name), []) for name in (M1, M2, M3, M4)))
+            order += [m for batch in batches for m in batch if m.name in noised]
+    return order
+
+
 def _broadcasts(view: AdversaryView) -> list[Message]:
     """The global models the server sent, in order (to the view's party, or to client0)."""
     receiver = view.party if view.party != SERVER else client_name(0)
@@ -132,19 +164,20 @@ class DPNoiseRemoval(Attack):
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> NoiseAux:
         dp, fed = setup.federation.dp, setup.federation
         draws = tuple(dp.noise_draws) if dp is not None else ()
-        return NoiseAux(target, self.message, self.round, dp.spec.text if dp is not None else None,
+        split = setup.extras.get("split_dp_spec")  # FedGPL: the method noises its split messages
+        text = dp.spec.text if dp is not None else split.text if split is not None else None
+        return NoiseAux(target, self.message, self.round, text,
                         setup.method.seed, knowledge.method, fed.protocol.name, len(setup.clients),
                         dict(setup.method.params), draws)
 
     def attack(self, view: AdversaryView, aux: NoiseAux) -> Denoised:
         if aux.dp_text is None and aux.method == "opfgl" and aux.method_params.get("dp_epsilon") is not None:
             return self._opfgl(view, aux)
-        if aux.dp_text is None and aux.method == "fedgpl":
-            raise NoInput("dp-noise-removal reads the noise of --dp on the federation's messages; FedGPL's split "
-                          "messages are noised by the method itself, which it does not read")
         if aux.dp_text is None:
             raise NoInput("the run has no message DP (--dp)")
         spec = check_dp_for_run(aux.dp_text, aux.method, aux.protocol)
+        if set(spec.messages) <= set(SPLIT_FIELDS):
+            return self._split(view, aux, spec)
         message = aux.message or spec.messages[0]
         if message not in spec.messages:
             raise NoInput(f"--dp protects {', '.join(spec.messages)}, not {message}")
@@ -176,6 +209,46 @@ class DPNoiseRemoval(Attack):
             noise = noise[k]
         observed = {n: t.double() for n, t in observed.items() if n in noise}
         return Denoised(observed, {n: t - noise[n] for n, t in observed.items()}, std, seed, seed_from, release)
+
+    @staticmethod
+    def _split(view: AdversaryView, aux: NoiseAux, spec: DPSpec) -> Denoised:
+        """FedGPL: client K's noised M1 rows (or M3 gradients) of a round minus the replayed draws."""
+        message = aux.message or spec.messages[0]
+        if message not in spec.messages:
+            raise NoInput(f"--dp protects {', '.join(spec.messages)}, not {message}")
+        if message not in _FROM_CLIENT:
+            raise NoInput(f"{message} is noised by the server, which sends it; the attack removes a client's noise "
+                          f"({', '.join(m for m in _FROM_CLIENT if m in spec.messages)})")
+        if aux.target == "aggregate":
+            raise NoInput("split messages are not summed; the attack targets one client's (clientK)")
+        if view.party != SERVER:
+            raise NoInput("the draw order is fixed by every client's split messages: it needs the server's view")
+        k = client_index(aux.target)
+        draws = split_draws(view.messages, aux.num_clients, spec.messages)
+        rounds = sorted({m.round for m in draws if m.name == message and m.sender == client_name(k)})
+        if not rounds:
+            raise NoInput(f"no {message} from {aux.target} in the {view.party}'s view")
+        round = rounds[-1] if aux.round < 0 else aux.round
+        if round not in rounds:
+            raise NoInput(f"no {message} from {aux.target} in round {round} in the {view.party}'s view")
+        seed, seed_from = (aux.run_seed, "run seed (a guess: the spec draws from os)") if spec.secure \
+            else (spec.seed, "the --dp spec's seed")
+        source, mech = NoiseSource(seed), spec.build()
+        observed, noise = [], []
+        for release, m in enumerate(draws):
+            if m.round > round:
+                break
+            if m.tensors is None:
+                raise NoInput(f"the {m.name} payload of round {m.round} is not in the view: the noise's draw order "
+                              "needs every round's split messages (--transcript all)")
+            rows = m.tensors[SPLIT_FIELDS[m.name]]
+            drawn = mech.noise(rows.shape, source)
+            if m.round == round and m.name == message and m.sender == client_name(k):
+                observed.append(rows.double())
+                noise.append(drawn)
+        observed_rows, noise_rows = torch.cat(observed), torch.cat(noise)
+        std = mech.std if spec.mechanism == "gaussian" else math.sqrt(2) * mech.scale
+        return Denoised({"rows": observed_rows}, {"rows": observed_rows - noise_rows}, std, seed, seed_from, round)
 
     @staticmethod
     def _opfgl(view: AdversaryView, aux: NoiseAux) -> Denoised:
@@ -221,6 +294,8 @@ class DPNoiseRemoval(Attack):
             sums = _sum([opfgl_dp.client_sums(c, setup.num_classes, p, setup.method.seed) for c in setup.clients])
             std = opfgl_dp.calibrate(p).noise_std
             return {b: sums[b] / std[b] for b in opfgl_dp.BLOCKS}
+        if dp is None and "split_dp_spec" in setup.extras:
+            return self._split_truth(setup, target)
         message = self.message or dp.spec.messages[0]
         order = release_order(setup.federation.transcript.view(SERVER), dp.spec.messages)
         rounds = [r for r, name in order if name == message]
@@ -230,6 +305,24 @@ class DPNoiseRemoval(Attack):
                              f"round={self.round} is older (use round=-1)")
         clipped = dp.audit_clipped[release]
         return _sum(clipped) if target == "aggregate" else clipped[client_index(target)]
+
+    def _split_truth(self, setup, target: str) -> Tensors:
+        """FedGPL: client K's clipped rows of the targeted message and round, before noise."""
+        split = setup.extras["dp"]  # the run's SplitDP
+        message = self.message or split.spec.messages[0]
+        round = split.rounds - 1 if self.round < 0 else self.round
+        if round not in split.audit_clipped:
+            raise ValueError(f"dp-noise-removal: the run kept the clipped split rows of round(s) "
+                             f"{', '.join(map(str, split.audit_clipped))} only (--transcript all keeps every round's)")
+        clipped = split.audit_clipped[round]
+        draws = [m for m in split_draws(adversary_view(setup.federation.transcript).messages, len(setup.clients),
+                                        split.spec.messages) if m.round == round]
+        if [m.name for m in draws] != [name for name, _ in clipped]:
+            raise RuntimeError("dp-noise-removal: the split messages' order in the transcript is not the order their "
+                               "noise was drawn in")
+        rows = [rows for m, (_, rows) in zip(draws, clipped)
+                if m.name == message and m.sender == client_name(client_index(target))]
+        return {"rows": torch.cat(rows)}
 
     def score(self, rec: Denoised, truth: Tensors, aux: NoiseAux) -> tuple[dict, dict]:
         names = sorted(rec.observed)

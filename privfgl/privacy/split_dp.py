@@ -44,7 +44,7 @@ def clip_rows(rows: torch.Tensor, bound: float, norm: int) -> torch.Tensor:
 class SplitDP:
     """The noise on the split messages a `--dp` spec names; noises rows and keeps the accounts."""
 
-    def __init__(self, spec: DPSpec):
+    def __init__(self, spec: DPSpec, keep_rounds: str = "last"):
         unknown = [m for m in spec.messages if m not in SPLIT_MESSAGES]
         if unknown:
             raise ValueError(f"split DP covers {', '.join(SPLIT_MESSAGES)}, not {', '.join(unknown)}")
@@ -56,6 +56,12 @@ class SplitDP:
         self.source = NoiseSource(spec.seed, secure=spec.secure)
         self.accountant = PrivacyAccountant(delta=spec.delta, accountant=spec.accountant)
         self.rounds = 0
+        # auditor side only (never sent; dp-noise-removal's truth): round -> (message, clipped rows before
+        # noise) of every noised message, in the order the noise was drawn; every round with keep_rounds
+        # "all" (as the transcript keeps them), else the last round that ended
+        self.keep_rounds = keep_rounds
+        self.audit_clipped: dict[int, list[tuple[str, torch.Tensor]]] = {}
+        self._round_clipped: list[tuple[str, torch.Tensor]] = []
 
     def applies_to(self, name: str) -> bool:
         return name in self.spec.messages
@@ -66,10 +72,14 @@ class SplitDP:
         if not self.applies_to(name):
             return rows
         clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)
+        self._round_clipped.append((name, clipped))
         return (clipped + self.mechanism.noise(clipped.shape, self.source)).to(rows.dtype)
 
     def end_round(self) -> None:
         """One release per noised message for the round just finished (parallel over its minibatches)."""
+        if self.keep_rounds != "all":
+            self.audit_clipped.clear()
+        self.audit_clipped[self.rounds], self._round_clipped = self._round_clipped, []
         self.rounds += 1
         for _ in self.spec.messages:
             if self.spec.mechanism == "gaussian":

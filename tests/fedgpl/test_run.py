@@ -13,9 +13,9 @@ from privfgl.experiment import ConfigError, RunConfig, run
 SMALL = {"dim": 16, "hidden": 16, "max_per_class": 24, "pretrain_epochs": 1}
 
 
-def fedgpl(graph, dp: str | None = None, rounds: int = 2, **params):
+def fedgpl(graph, dp: str | None = None, rounds: int = 2, transcript: str = "last", **params):
     cfg = RunConfig(method="fedgpl", dataset="sbm", partition="tasks", clients=3, rounds=rounds, dp=dp,
-                    method_params={**SMALL, **params}, transcript="last", progress=False)
+                    method_params={**SMALL, **params}, transcript=transcript, progress=False)
     record, setup = run(cfg, data=graph)
     return cfg, record, setup
 
@@ -153,6 +153,36 @@ def test_the_m1_rows_the_server_saw_carry_noise_at_the_calibrated_scale(noised):
     rows = torch.cat([m.tensors["x"].flatten() for m in kept])
     assert rows.numel() > 2000
     assert 0.9 * 20 < rows.abs().mean().item() < 1.1 * 20
+
+
+def test_the_server_removes_seeded_split_noise_by_replaying_the_draws_in_the_order_it_saw_them(graph):
+    # one seeded source noised every split message in send order (round, client, minibatch, M1-M4); the
+    # server's view fixes that order and every shape, so it regenerates the noise of a client's M1 rows
+    # and M3 gradients and subtracts it: the clipped rows come back to float32 rounding (noise std 28)
+    cfg, _, setup = fedgpl(graph, dp="laplace:epsilon=0.05,clip=1.0,on=split,mode=local,seed=5", transcript="all")
+    for message in ("prompted_graph", "embedding_grads"):
+        for round in (0, 1):
+            found = findings(cfg, setup, f"dp-noise-removal:message={message},round={round}")
+            assert found[("dp-noise-removal", "aggregate")].metrics["no_input"] == (
+                "split messages are not summed; the attack targets one client's (clientK)")
+            for k in range(3):
+                f = found[("dp-noise-removal", f"client{k}")]
+                assert f.metrics["relative_rmse"] < 1e-5 and f.metrics["seed_from"] == "the --dp spec's seed"
+                assert 0.8 < f.baseline["relative_rmse"] < 1.2  # the noised rows themselves: one noise std off
+    server_noised = findings(cfg, setup, "dp-noise-removal:message=feature_grads,clients=0")
+    assert "noised by the server" in server_noised[("dp-noise-removal", "client0")].metrics["no_input"]
+
+
+def test_split_noise_from_the_os_or_without_every_rounds_payloads_is_not_removed(graph, noised):
+    # OS entropy: the run seed is tried and fails (subtracting independent noise: √2 noise stds off)
+    cfg, _, setup = fedgpl(graph, dp="laplace:epsilon=0.05,clip=1.0,on=m1,mode=local", transcript="all")
+    f = findings(cfg, setup, "dp-noise-removal:clients=0")[("dp-noise-removal", "client0")]
+    assert f.metrics["seed_from"] == "run seed (a guess: the spec draws from os)"
+    assert 1.3 < f.metrics["relative_rmse"] < 1.55
+    # seeded, but --transcript last: round 0's shapes are gone, so the draw order is unknown
+    cfg, _, setup = noised
+    f = findings(cfg, setup, "dp-noise-removal:clients=0")[("dp-noise-removal", "client0")]
+    assert "needs every round's split messages (--transcript all)" in f.metrics["no_input"]
 
 
 def test_every_attack_runs_on_a_fedgpl_run_and_the_node_level_ones_say_why_they_have_no_input(clear):

@@ -206,7 +206,7 @@ def run_fedgpl(setup: Setup) -> None:
     samples: list[ClientSamples] = setup.extras["fedgpl_samples"]
     fed, m, timer = setup.federation, setup.method, setup.federation.timer
     spec = setup.extras.get("split_dp_spec")
-    dp = SplitDP(spec) if spec is not None else None
+    dp = SplitDP(spec, keep_rounds=setup.federation.transcript.keep) if spec is not None else None
     if dp is not None:
         setup.extras["dp"] = dp
     num_classes = setup.num_classes
