@@ -24,6 +24,8 @@ from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.federation.runtime import participation_mask
 from privfgl.methods import METHODS, MethodConfig, Setup
+from privfgl.methods.options import TRAINING_OPTIONS, unused_option
+from privfgl.methods.params import check_method_params
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
@@ -121,6 +123,16 @@ class RunConfig:
         if self.method in PARAMLESS_METHODS and self.method_params:
             raise ConfigError(f"{self.method}: takes no method params (got {', '.join(sorted(self.method_params))}); "
                               "its settings are run options (e.g. --mu, --local-epochs)")
+        try:
+            check_method_params(self.method, self.method_params)  # before the data is read
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        for option in TRAINING_OPTIONS:  # a run option the method ignores is refused rather than lost
+            value, why = getattr(self, option), unused_option(self.method, option)
+            if why is not None and value != _RUN_DEFAULTS[option]:
+                flag = "--" + option.replace("_", "-")
+                raise ConfigError(f"{self.method} does not use {flag} (given {value!r}): {why}; valid: leave {flag} "
+                                  "unset")
         if self.threads is not None and self.threads < 1:
             bad("threads", self.threads, "an integer >= 1, or unset for torch's default")
         if self.allocator not in ALLOCATORS:
@@ -244,7 +256,8 @@ def effective_protocol_params(cfg: RunConfig) -> dict:
 TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition
 
 
-RUN_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}  # annotations as strings (postponed)
+RUN_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}
+_RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # a field with a default_factory: MISSING  # annotations as strings (postponed)
 
 
 def config_for(values: dict) -> RunConfig:

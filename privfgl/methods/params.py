@@ -4,6 +4,7 @@ this module turns the raw settings into that dataclass, naming the key and what 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Callable, TypeVar
 
@@ -70,3 +71,21 @@ def resolve(method: str, cls: type[P], method_params: dict, presets: dict[str, d
     params = cls(**values)
     check(params)
     return params
+
+
+# method -> (module, function) that resolves its --method-param settings from the settings alone
+# (no data); each raises ValueError naming a bad or unknown key. The other methods take none.
+RESOLVERS = {"opfgl": ("privfgl.methods.opfgl.params", "resolve_params"),
+             "fedspray": ("privfgl.methods.fedspray.params", "resolve_params"),
+             "fedomd": ("privfgl.methods.fedomd.params", "resolve_params"),
+             "fedgpl": ("privfgl.methods.fedgpl.params", "resolve_params"),
+             "fedlog": ("privfgl.methods.fedlog.params", "resolve_params"),
+             "dp-fedavg": ("privfgl.methods.dp_fedavg", "dp_fedavg_params"),
+             "dp-sgd": ("privfgl.methods.dp_sgd", "dp_sgd_params")}
+
+
+def check_method_params(method: str, method_params: dict) -> None:
+    """Resolve `method`'s params as its run will (ValueError on a bad one), before any data is read."""
+    if method in RESOLVERS:
+        module, function = RESOLVERS[method]
+        getattr(importlib.import_module(module), function)(dict(method_params))

@@ -148,7 +148,7 @@ def dp_sgd_on_canaries():
     of σ = 60 give ε ≈ 0.45 at δ = 1e-5, below the ≈ 1.8 a client's canaries can certify (≈ 3 for the
     global model)."""
     return RunConfig(method="dp-sgd", dataset="bow", partition="louvain", clients=3, rounds=10, local_epochs=5,
-                     hidden=64, weight_decay=0.0, dropout=0.0, canaries=100, canary_seed=1, transcript="all",
+                     hidden=64, weight_decay=0.0, canaries=100, canary_seed=1, transcript="all",
                      progress=False, method_params={"sigma": 60.0, "seed": 3})
 
 

@@ -1,0 +1,77 @@
+"""Which shared run options each method ignores, so that setting one is refused instead of lost.
+
+The training options below are RunConfig fields that the baselines read (privfgl/training.py); the
+paper methods train their own models from their own `--method-param` settings and read only some of
+them. `unused_option(method, option)` says why a method ignores an option (naming the method's own
+parameter where it has one), or None when the method reads it. RunConfig.validate refuses an ignored
+option set to anything but its default: a user asking for `--lr 0.05` with FedOMD would otherwise get
+FedOMD's own lr and a record that says 0.05.
+
+The table was read from the methods' code and checked by running each method with each option
+changed (tests/test_method_options.py repeats the check for the quick methods).
+"""
+from __future__ import annotations
+
+TRAINING_OPTIONS = ("local_epochs", "finetune_epochs", "mu", "model", "hidden", "layers", "dropout", "lr",
+                    "weight_decay", "optimizer", "engine", "evaluation")
+
+_OWN = "{method} sets it with its own --method-param {params}"
+_PROX = "it is FedProx's proximal weight (--method fedprox)"
+_PAPER = "{method} trains its own model from its --method-param settings"
+_LOOP = "{method} runs its own training loop (the engine is the baselines' choice)"
+
+# method -> {option: why it is ignored}; an option not listed is read. "{method}" and "{params}" are filled in.
+UNUSED: dict[str, dict[str, str]] = {
+    "fedavg": {"mu": _PROX},
+    "dp-fedavg": {"mu": _PROX},
+    "fedprox": {},
+    "local": {"mu": _PROX,
+              "finetune_epochs": "local trains each client on its own data in every round: nothing to fine-tune",
+              "evaluation": "local has no global model (each client's own model is evaluated)"},
+    "dp-sgd": {"mu": _PROX, "finetune_epochs": "dp-sgd has no fine-tuning phase",
+               "dropout": "dp-sgd's mean-aggregation GCN has no dropout",
+               "optimizer": "dp-sgd steps Adam on the noised mean gradient",
+               "engine": "dp-sgd computes per-node gradients on one model per client"},
+    "opfgl": {"mu": _PROX, "local_epochs": _OWN.format(method="opfgl", params="max_iters"),
+              "finetune_epochs": _PAPER, "dropout": _OWN.format(method="opfgl", params="dropout"),
+              "lr": _OWN.format(method="opfgl", params="lr_stage1, lr_stage2, lr_feat, lr_adj"),
+              "weight_decay": _PAPER, "optimizer": _PAPER, "engine": _LOOP,
+              "evaluation": "opfgl evaluates each client's personalised model"},
+    "fedspray": {"mu": _PROX, "local_epochs": _OWN.format(method="fedspray", params="local_epochs"),
+                 "finetune_epochs": _PAPER, "dropout": _OWN.format(method="fedspray", params="dropout"),
+                 "lr": _OWN.format(method="fedspray", params="lr_gnn, lr_encoder, lr_proxy"),
+                 "weight_decay": _OWN.format(method="fedspray", params="weight_decay"),
+                 "optimizer": _PAPER, "engine": _LOOP,
+                 "evaluation": "fedspray evaluates each client's personalised model"},
+    "fedomd": {"mu": _PROX, "local_epochs": _OWN.format(method="fedomd", params="local_steps"),
+               "finetune_epochs": _PAPER,
+               "model": "fedomd's model is its own orthogonal GCN (depth: --method-param ortho_layers)",
+               "dropout": _OWN.format(method="fedomd", params="dropout"),
+               "lr": _OWN.format(method="fedomd", params="lr"),
+               "weight_decay": _OWN.format(method="fedomd", params="weight_decay"),
+               "optimizer": _OWN.format(method="fedomd", params="optimizer"), "engine": _LOOP,
+               "evaluation": "fedomd evaluates each party's own model"},
+    "fedgpl": {"mu": _OWN.format(method="fedgpl", params="mu (with fed=fedprox)"),
+               "local_epochs": "fedgpl trains one epoch of split minibatches per round",
+               "finetune_epochs": _PAPER, "model": "fedgpl's trunk is its own GraphCL-pretrained TransformerConv",
+               "hidden": _OWN.format(method="fedgpl", params="hidden"), "layers": _PAPER,
+               "dropout": _OWN.format(method="fedgpl", params="dropout"),
+               "lr": _OWN.format(method="fedgpl", params="lr_prompt, lr_head, lr_trunk"),
+               "weight_decay": _OWN.format(method="fedgpl", params="wd_prompt, wd_head"),
+               "optimizer": _PAPER, "engine": _LOOP,
+               "evaluation": "fedgpl evaluates each client's prompt and head"},
+    "fedlog": {"mu": _PROX, "local_epochs": _OWN.format(method="fedlog", params="local_epochs"),
+               "finetune_epochs": _PAPER, "model": _PAPER,
+               "hidden": _OWN.format(method="fedlog", params="hidden"), "layers": _PAPER,
+               "dropout": _OWN.format(method="fedlog", params="dropout"),
+               "lr": _OWN.format(method="fedlog", params="lr"),
+               "weight_decay": _OWN.format(method="fedlog", params="weight_decay"),
+               "optimizer": _PAPER, "engine": _LOOP,
+               "evaluation": "fedlog evaluates each client's own model"},
+}
+
+
+def unused_option(method: str, option: str) -> str | None:
+    """Why `method` ignores run option `option` (one clause), or None if it reads it."""
+    why = UNUSED.get(method, {}).get(option)
+    return None if why is None else why.format(method=method)
