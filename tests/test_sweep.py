@@ -147,6 +147,16 @@ def test_every_cell_is_checked_before_the_first_run(tmp_path, cell, message):
     assert "cell 'bad'" in str(e.value) and message in str(e.value)
 
 
+def test_a_line_plot_over_a_run_option_that_is_not_a_number_is_refused_before_the_runs(tmp_path):
+    # it was refused by the report, after every run; an x that is a metric can only be checked then
+    from privfgl.sweep import check_cells
+    line = SMALL + '\n[[plots]]\nfile = "line.png"\nkind = "line"\nx = "method"\ny = "test_acc"\n'
+    with pytest.raises(ConfigError, match="sweep small: plot line.png: x 'method' must be a numeric column; the "
+                                          "cells have fedavg, local"):
+        check_cells(load_sweep(write(tmp_path, line)))
+    check_cells(load_sweep(write(tmp_path, line.replace('x = "method"', 'x = "test_acc_last"'))))  # a metric
+
+
 def test_target_epsilon_calibrates_sigma_and_seed_fills_placeholders(tmp_path):
     sweep = load_sweep(write(tmp_path, """
 [base]

@@ -203,6 +203,14 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def check_line_x(spec, values: list) -> None:
+    """A line plot's x values (None: a cell without x, drawn as a reference): numbers, else ConfigError."""
+    text = sorted({str(v) for v in values if v is not None and not _is_number(v)})
+    if spec.kind == "line" and text:
+        raise ConfigError(f"plot {spec.file}: x {spec.x!r} must be a numeric column; the cells have "
+                          f"{', '.join(text)} (a bars plot shows one bar per cell)")
+
+
 def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     """The sweep's [[plots]] as PNGs in its results folder."""
     from privfgl import plots
@@ -213,10 +221,7 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     for spec in sweep.plots:
         path = sweep.results / spec.file
         if spec.kind == "line":
-            text = sorted({str(s[spec.x]) for s in summary if s.get(spec.x) is not None and not _is_number(s[spec.x])})
-            if text:
-                raise ConfigError(f"plot {spec.file}: x {spec.x!r} must be a numeric column; the cells have "
-                                  f"{', '.join(text)} (a bars plot shows one bar per cell)")
+            check_line_x(spec, [s.get(spec.x) for s in summary])
         if spec.kind == "bars":
             panels = [plots.Panel(label(y), [s.get(y) for s in summary], [s.get(f"{y}:std") for s in summary],
                                   [s.get(f"{y}:baseline") for s in summary], [s.get(f"paper:{y}") for s in summary])

@@ -91,7 +91,8 @@ def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):
 
 def check_cells(sweep: Sweep) -> None:
     """Every cell, before anything runs: a valid RunConfig (a known dataset, protocol parameters the
-    backend takes), a target_epsilon > 0, valid attack specs and an adversary that is a party of the run."""
+    backend takes), a target_epsilon > 0, valid attack specs and an adversary that is a party of the run;
+    a line plot's x where it is a run option."""
     from privfgl.data.datasets import canonical_name
     from protocols import check_protocol_params
     for cell in sweep.cells:
@@ -117,6 +118,12 @@ def check_cells(sweep: Sweep) -> None:
                                   "transcript \"last\" or \"all\" (all by default when a cell has attacks)")
         except ValueError as e:
             raise ConfigError(f"sweep {sweep.name}, cell {cell.label!r}: {' '.join(str(e).split())}") from None
+    from privfgl.sweep.report import check_line_x
+    for spec in sweep.plots:  # an x that is a run option is known now; a metric's only after the runs
+        try:
+            check_line_x(spec, [cell.options.get(spec.x) for cell in sweep.cells])
+        except ConfigError as e:
+            raise ConfigError(f"sweep {sweep.name}: {e}") from None
 
 
 def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool) -> Path:
