@@ -24,7 +24,7 @@ from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.federation.runtime import participation_mask
 from privfgl.methods import METHODS, MethodConfig, Setup
-from privfgl.methods.options import TRAINING_OPTIONS, unused_option
+from privfgl.methods.options import TRAINING_OPTIONS, unsupported_value, unused_option
 from privfgl.methods.params import check_method_params
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
@@ -133,6 +133,10 @@ class RunConfig:
                 flag = "--" + option.replace("_", "-")
                 raise ConfigError(f"{self.method} does not use {flag} (given {value!r}): {why}; valid: leave {flag} "
                                   "unset")
+        for option in (*TRAINING_OPTIONS, "rounds"):
+            unsupported = unsupported_value(self.method, option, getattr(self, option))
+            if unsupported is not None:
+                raise ConfigError(unsupported)
         if self.threads is not None and self.threads < 1:
             bad("threads", self.threads, "an integer >= 1, or unset for torch's default")
         if self.allocator not in ALLOCATORS:

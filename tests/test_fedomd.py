@@ -234,7 +234,7 @@ def test_row_features_divide_each_node_by_its_own_sum_and_need_non_negative_feat
 def test_bad_setups_are_refused_clearly(sbm):
     with pytest.raises(ValueError, match="no training node.*--split-mode random"):
         run(fedomd_config(split=(0.001, 0.2, 0.2), split_mode="stratified"), data=sbm)
-    with pytest.raises(ValueError, match="--layers 3 does not apply.*ortho_layers"):
+    with pytest.raises(ValueError, match="fedomd does not use --layers .*ortho_layers"):
         run(fedomd_config(layers=3), data=sbm)
 
 

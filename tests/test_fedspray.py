@@ -62,7 +62,7 @@ def test_bad_method_params_name_the_param_and_what_is_valid(params, named):
 
 
 def test_backbones_other_than_gcn_sage_sgc_are_refused(sbm):
-    with pytest.raises(ValueError, match="fedspray: model 'gat' is not supported; valid: gcn, sage, sgc"):
+    with pytest.raises(ValueError, match="fedspray: --model 'gat' is not supported; valid: gcn, sage, sgc"):
         fedspray(sbm, rounds=1, model="gat")
 
 

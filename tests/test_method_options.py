@@ -70,6 +70,22 @@ def test_an_ignored_option_at_its_default_is_accepted():
         RunConfig(method="fedgpl", partition="tasks", clients=9, hidden=128).validate()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "opfgl", "--rounds", "5"], "opfgl: --rounds 5 is not supported; valid: 1 (O-pFGL is one-shot)"),
+    (["--method", "fedspray", "--model", "gat"],
+     "fedspray: --model 'gat' is not supported; valid: gcn, sage, sgc (the paper's backbones)"),
+    (["--method", "dp-sgd", "--model", "sage"],
+     "dp-sgd: --model 'sage' is not supported; valid: gcn (dp-sgd trains a mean-aggregation GCN)"),
+    (["--method", "fedomd", "--layers", "3"], "fedomd does not use --layers (given 3): fedomd's model is GCNConv -> "
+                                              "ortho_layers x OrthoConv -> GCNConv"),
+])
+def test_a_value_the_method_cannot_run_with_is_refused_before_the_data_is_read(tmp_path, capsys, argv, message):
+    # these were refused by the method itself, after the data was loaded (in a sweep: after the earlier cells ran)
+    code = main(["run", *argv, "--data-root", str(tmp_path / "no-data-here"), "--offline", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
 @pytest.mark.parametrize("method, param, message", [
     ("opfgl", "hopz=2", "opfgl: unknown method param(s) hopz; valid: preset, hops,"),
     ("fedlog", "lr=abc", "fedlog: invalid method param lr='abc'; valid: a number"),

@@ -150,7 +150,7 @@ def sbm_run(data, protocol="plain", **params):
 
 
 def test_bad_setups_are_refused_clearly(sbm):
-    with pytest.raises(ValueError, match="rounds=5; O-pFGL is one-shot"):
+    with pytest.raises(ValueError, match="opfgl: --rounds 5 is not supported; valid: 1 \\(O-pFGL is one-shot\\)"):
         run(RunConfig(method="opfgl", dataset="sbm", partition="louvain", clients=3, rounds=5, progress=False), data=sbm)
     with pytest.raises(ValueError, match="model 'sage' is not supported; valid: gcn"):
         run(RunConfig(method="opfgl", dataset="sbm", partition="louvain", clients=3, rounds=1, model="sage",

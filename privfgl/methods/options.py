@@ -5,12 +5,16 @@ paper methods train their own models from their own `--method-param` settings an
 them. `unused_option(method, option)` says why a method ignores an option (naming the method's own
 parameter where it has one), or None when the method reads it. RunConfig.validate refuses an ignored
 option set to anything but its default: a user asking for `--lr 0.05` with FedOMD would otherwise get
-FedOMD's own lr and a record that says 0.05.
+FedOMD's own lr and a record that says 0.05. `unsupported_value` names the values of an option a
+method reads that it cannot run with (O-pFGL's GCN and single round), checked there too, so that a
+sweep refuses such a cell before any run.
 
 The table was read from the methods' code and checked by running each method with each option
 changed (tests/test_method_options.py repeats the check for the quick methods).
 """
 from __future__ import annotations
+
+from privfgl.methods.fedspray.params import BACKBONES
 
 TRAINING_OPTIONS = ("local_epochs", "finetune_epochs", "mu", "model", "hidden", "layers", "dropout", "lr",
                     "weight_decay", "optimizer", "engine", "evaluation")
@@ -46,6 +50,8 @@ UNUSED: dict[str, dict[str, str]] = {
     "fedomd": {"mu": _PROX, "local_epochs": _OWN.format(method="fedomd", params="local_steps"),
                "finetune_epochs": _PAPER,
                "model": "fedomd's model is its own orthogonal GCN (depth: --method-param ortho_layers)",
+               "layers": "fedomd's model is GCNConv -> ortho_layers x OrthoConv -> GCNConv: set the depth with "
+                         "--method-param ortho_layers=N",
                "dropout": _OWN.format(method="fedomd", params="dropout"),
                "lr": _OWN.format(method="fedomd", params="lr"),
                "weight_decay": _OWN.format(method="fedomd", params="weight_decay"),
@@ -69,6 +75,23 @@ UNUSED: dict[str, dict[str, str]] = {
                "optimizer": _PAPER, "engine": _LOOP,
                "evaluation": "fedlog evaluates each client's own model"},
 }
+
+
+# method -> {option: (the values it supports, why)}: an option it reads, but only at these values.
+SUPPORTED: dict[str, dict[str, tuple[tuple, str]]] = {
+    "opfgl": {"model": (("gcn",), "the paper's backbone"), "rounds": ((1,), "O-pFGL is one-shot")},
+    "fedspray": {"model": (BACKBONES, "the paper's backbones")},
+    "dp-sgd": {"model": (("gcn",), "dp-sgd trains a mean-aggregation GCN")},
+}
+
+
+def unsupported_value(method: str, option: str, value) -> str | None:
+    """Why `method` cannot run with `option` = `value` (one line naming what is valid), or None."""
+    valid, why = SUPPORTED.get(method, {}).get(option, (None, ""))
+    if valid is None or value in valid:
+        return None
+    return (f"{method}: --{option.replace('_', '-')} {value!r} is not supported; valid: "
+            f"{', '.join(map(str, valid))} ({why})")
 
 
 def unused_option(method: str, option: str) -> str | None:

@@ -208,9 +208,6 @@ def build_model(setup: Setup, p: FedOMDParams) -> OrthoGCN:
 
 
 def _check_setup(setup: Setup, p: FedOMDParams) -> None:
-    if setup.model.layers != 2:
-        raise ValueError(f"fedomd: --layers {setup.model.layers} does not apply; the model is GCNConv -> "
-                         "ortho_layers x OrthoConv -> GCNConv, set the depth with --method-param ortho_layers=N")
     if p.features == "row" and any(bool((c.x < 0).any()) for c in setup.clients):
         raise ValueError("fedomd: features=row row-normalises non-negative (bag-of-words) features, but this dataset "
                          "has negative feature values; use features=raw")

@@ -82,10 +82,8 @@ def _gamma(views: list[ClientView], p: OPFGLParams) -> torch.Tensor | None:
 
 
 def _check_setup(setup: Setup, p: OPFGLParams) -> None:
-    if setup.model.model != "gcn":
-        raise ValueError(f"opfgl: model {setup.model.model!r} is not supported; valid: gcn (the paper's backbone)")
-    if setup.method.rounds != 1:
-        raise ValueError(f"opfgl: rounds={setup.method.rounds}; O-pFGL is one-shot, valid: 1 (--rounds 1)")
+    """What RunConfig.validate does not check (it checks the backbone and the single round:
+    privfgl/methods/options.py)."""
     if p.dp_epsilon is not None and setup.federation.dp is not None:
         raise ValueError("opfgl: dp_epsilon (node-level DP on the statistics) and --dp (client-level message DP) "
                          "are two DP mechanisms for the same upload; use one")
