@@ -19,12 +19,16 @@ from privfgl.methods.fedspray.params import BACKBONES
 TRAINING_OPTIONS = ("local_epochs", "finetune_epochs", "mu", "model", "hidden", "layers", "dropout", "lr",
                     "weight_decay", "optimizer", "engine", "evaluation")
 
-_OWN = "{method} sets it with its own --method-param {params}"
+
+def _own(params: str) -> str:
+    return "{method} sets it with its own --method-param " + params
+
+
 _PROX = "it is FedProx's proximal weight (--method fedprox)"
 _PAPER = "{method} trains its own model from its --method-param settings"
 _LOOP = "{method} runs its own training loop (the engine is the baselines' choice)"
 
-# method -> {option: why it is ignored}; an option not listed is read. "{method}" and "{params}" are filled in.
+# method -> {option: why it is ignored}; an option not listed is read. "{method}" is filled in.
 UNUSED: dict[str, dict[str, str]] = {
     "fedavg": {"mu": _PROX},
     "dp-fedavg": {"mu": _PROX},
@@ -36,42 +40,42 @@ UNUSED: dict[str, dict[str, str]] = {
                "dropout": "dp-sgd's mean-aggregation GCN has no dropout",
                "optimizer": "dp-sgd steps Adam on the noised mean gradient",
                "engine": "dp-sgd computes per-node gradients on one model per client"},
-    "opfgl": {"mu": _PROX, "local_epochs": _OWN.format(method="opfgl", params="max_iters"),
-              "finetune_epochs": _PAPER, "dropout": _OWN.format(method="opfgl", params="dropout"),
-              "lr": _OWN.format(method="opfgl", params="lr_stage1, lr_stage2, lr_feat, lr_adj"),
+    "opfgl": {"mu": _PROX, "local_epochs": _own("max_iters"),
+              "finetune_epochs": _PAPER, "dropout": _own("dropout"),
+              "lr": _own("lr_stage1, lr_stage2, lr_feat, lr_adj"),
               "weight_decay": _PAPER, "optimizer": _PAPER, "engine": _LOOP,
               "evaluation": "opfgl evaluates each client's personalised model"},
-    "fedspray": {"mu": _PROX, "local_epochs": _OWN.format(method="fedspray", params="local_epochs"),
-                 "finetune_epochs": _PAPER, "dropout": _OWN.format(method="fedspray", params="dropout"),
-                 "lr": _OWN.format(method="fedspray", params="lr_gnn, lr_encoder, lr_proxy"),
-                 "weight_decay": _OWN.format(method="fedspray", params="weight_decay"),
+    "fedspray": {"mu": _PROX, "local_epochs": _own("local_epochs"),
+                 "finetune_epochs": _PAPER, "dropout": _own("dropout"),
+                 "lr": _own("lr_gnn, lr_encoder, lr_proxy"),
+                 "weight_decay": _own("weight_decay"),
                  "optimizer": _PAPER, "engine": _LOOP,
                  "evaluation": "fedspray evaluates each client's personalised model"},
-    "fedomd": {"mu": _PROX, "local_epochs": _OWN.format(method="fedomd", params="local_steps"),
+    "fedomd": {"mu": _PROX, "local_epochs": _own("local_steps"),
                "finetune_epochs": _PAPER,
                "model": "fedomd's model is its own orthogonal GCN (depth: --method-param ortho_layers)",
                "layers": "fedomd's model is GCNConv -> ortho_layers x OrthoConv -> GCNConv: set the depth with "
                          "--method-param ortho_layers=N",
-               "dropout": _OWN.format(method="fedomd", params="dropout"),
-               "lr": _OWN.format(method="fedomd", params="lr"),
-               "weight_decay": _OWN.format(method="fedomd", params="weight_decay"),
-               "optimizer": _OWN.format(method="fedomd", params="optimizer"), "engine": _LOOP,
+               "dropout": _own("dropout"),
+               "lr": _own("lr"),
+               "weight_decay": _own("weight_decay"),
+               "optimizer": _own("optimizer"), "engine": _LOOP,
                "evaluation": "fedomd evaluates each party's own model"},
-    "fedgpl": {"mu": _OWN.format(method="fedgpl", params="mu (with fed=fedprox)"),
+    "fedgpl": {"mu": _own("mu (with fed=fedprox)"),
                "local_epochs": "fedgpl trains one epoch of split minibatches per round",
                "finetune_epochs": _PAPER, "model": "fedgpl's trunk is its own GraphCL-pretrained TransformerConv",
-               "hidden": _OWN.format(method="fedgpl", params="hidden"), "layers": _PAPER,
-               "dropout": _OWN.format(method="fedgpl", params="dropout"),
-               "lr": _OWN.format(method="fedgpl", params="lr_prompt, lr_head, lr_trunk"),
-               "weight_decay": _OWN.format(method="fedgpl", params="wd_prompt, wd_head"),
+               "hidden": _own("hidden"), "layers": _PAPER,
+               "dropout": _own("dropout"),
+               "lr": _own("lr_prompt, lr_head, lr_trunk"),
+               "weight_decay": _own("wd_prompt, wd_head"),
                "optimizer": _PAPER, "engine": _LOOP,
                "evaluation": "fedgpl evaluates each client's prompt and head"},
-    "fedlog": {"mu": _PROX, "local_epochs": _OWN.format(method="fedlog", params="local_epochs"),
+    "fedlog": {"mu": _PROX, "local_epochs": _own("local_epochs"),
                "finetune_epochs": _PAPER, "model": _PAPER,
-               "hidden": _OWN.format(method="fedlog", params="hidden"), "layers": _PAPER,
-               "dropout": _OWN.format(method="fedlog", params="dropout"),
-               "lr": _OWN.format(method="fedlog", params="lr"),
-               "weight_decay": _OWN.format(method="fedlog", params="weight_decay"),
+               "hidden": _own("hidden"), "layers": _PAPER,
+               "dropout": _own("dropout"),
+               "lr": _own("lr"),
+               "weight_decay": _own("weight_decay"),
                "optimizer": _PAPER, "engine": _LOOP,
                "evaluation": "fedlog evaluates each client's own model"},
 }
