@@ -136,6 +136,8 @@ def test_a_file_that_is_not_utf8_or_a_folder_is_named(tmp_path):
      "target_epsilon 'eight'"),
     ('method = "fedavg"\ntarget_epsilon = 4', "target_epsilon 4 is used by no option of the cell"),  # was ignored
     ('attacks = ["membership"]', 'attacks with transcript "none"'),  # SMALL's base keeps no payloads
+    ('method = "fedomd"\nlr = 0.05', "fedomd does not use --lr (given 0.05)"),  # was run with fedomd's own lr
+    ('method = "opfgl"', "opfgl: --rounds 2 is not supported; valid: 1"),  # SMALL's rounds; failed in its run
 ])
 def test_every_cell_is_checked_before_the_first_run(tmp_path, cell, message):
     """A cell that would fail in its run is refused before any cell runs (the others' runs are not
