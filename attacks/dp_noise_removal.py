@@ -235,7 +235,7 @@ class DPNoiseRemoval(Attack):
             else (spec.seed, "the --dp spec's seed")
         source, mech = NoiseSource(seed), spec.build()
         observed, noise = [], []
-        for release, m in enumerate(draws):
+        for m in draws:
             if m.round > round:
                 break
             if m.tensors is None:

@@ -260,8 +260,8 @@ def effective_protocol_params(cfg: RunConfig) -> dict:
 TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition
 
 
-RUN_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}
-_RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # a field with a default_factory: MISSING  # annotations as strings (postponed)
+RUN_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}  # annotations as strings (postponed)
+_RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # a field with a default_factory: MISSING
 
 
 def config_for(values: dict) -> RunConfig:
