@@ -29,6 +29,7 @@ from privfgl.privacy.noise import NoiseSource
 from privfgl.privacy.spec import DPSpec
 
 SPLIT_MESSAGES = {"prompted_graph": "M1", "embeddings": "M2", "embedding_grads": "M3", "feature_grads": "M4"}
+UPLOADS = ("prompted_graph", "embedding_grads")  # what the clients send (M1, M3); M2 and M4 come from the server
 UNITS = {"prompted_graph": "one node row of one prompted sample graph",
          "embeddings": "one sample graph's embedding row", "embedding_grads": "one sample's gradient row",
          "feature_grads": "one node row's gradient"}
@@ -56,12 +57,13 @@ class SplitDP:
         self.source = NoiseSource(spec.seed, secure=spec.secure)
         self.accountant = PrivacyAccountant(delta=spec.delta, accountant=spec.accountant)
         self.rounds = 0
-        # auditor side only (never sent; dp-noise-removal's truth): round -> (message, clipped rows before
-        # noise) of every noised message, in the order the noise was drawn; every round with keep_rounds
-        # "all" (as the transcript keeps them), else the last round that ended
+        # auditor side only (never sent; dp-noise-removal's truth): round -> (message, the clipped rows
+        # before noise as float32, for the clients' uploads M1/M3; None for the server's M2/M4) of every
+        # noised message in the order the noise was drawn; every round with keep_rounds "all" (as the
+        # transcript keeps every payload), else the last round that ended
         self.keep_rounds = keep_rounds
-        self.audit_clipped: dict[int, list[tuple[str, torch.Tensor]]] = {}
-        self._round_clipped: list[tuple[str, torch.Tensor]] = []
+        self.audit_clipped: dict[int, list[tuple[str, torch.Tensor | None]]] = {}
+        self._round_clipped: list[tuple[str, torch.Tensor | None]] = []
 
     def applies_to(self, name: str) -> bool:
         return name in self.spec.messages
@@ -72,7 +74,7 @@ class SplitDP:
         if not self.applies_to(name):
             return rows
         clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)
-        self._round_clipped.append((name, clipped))
+        self._round_clipped.append((name, clipped.float() if name in UPLOADS else None))
         return (clipped + self.mechanism.noise(clipped.shape, self.source)).to(rows.dtype)
 
     def end_round(self) -> None:
