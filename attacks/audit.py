@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from attacks.base import Attack, Finding, Knowledge, NoInput
+from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
 from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.edge_recovery import EdgeRecovery
 from attacks.gradient_inversion import GradientInversion
@@ -114,9 +114,14 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
                 findings.append(Finding(attack.name, target, {"no_input": str(e)}, {}, {"adversary": party}))
                 continue
             seconds = time.perf_counter() - start
-            metrics, baseline = attack.score(reconstruction, attack.truth(setup, target), aux)
-            findings.append(Finding(attack.name, target, metrics, baseline,
-                                    {"adversary": party, "seconds": round(seconds, 3)}))
+            details = {"adversary": party, "seconds": round(seconds, 3)}
+            try:
+                truth = attack.truth(setup, target)
+            except NoTruth as e:
+                findings.append(Finding(attack.name, target, {"no_truth": str(e)}, {}, details))
+                continue
+            metrics, baseline = attack.score(reconstruction, truth, aux)
+            findings.append(Finding(attack.name, target, metrics, baseline, details))
     return findings
 
 
@@ -137,6 +142,8 @@ def _headline(f: dict) -> list[tuple[str, object, object]]:
     m, b = f["metrics"], f["baseline"]
     if "no_input" in m:
         return [("no input", m["no_input"], "")]
+    if "no_truth" in m:
+        return [("not scored", m["no_truth"], "")]
     if f["name"] == "stats-reconstruction" and "by_class_size" not in m:  # FedLoG's class drift
         return [(key, m[key], b.get(key)) for key in ("cosine", "overrep_auc", "label_l1")]
     if f["name"] == "stats-reconstruction":

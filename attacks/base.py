@@ -58,6 +58,11 @@ class NoInput(Exception):
     """The adversary's view holds nothing this attack can use for this target (e.g. only ciphertexts)."""
 
 
+class NoTruth(Exception):
+    """The run kept no ground truth for this target (e.g. an older round's clipped uploads): the attack
+    ran, but its result cannot be scored. Recorded per target; the audit goes on."""
+
+
 SAMPLE_GRAPH_METHODS = ("fedgpl",)  # clients hold sample graphs (graph-level tasks), not a node graph of their own
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attacks.base import Attack, Knowledge, NoInput, client_index
+from attacks.base import Attack, Knowledge, NoInput, NoTruth, client_index
 from attacks.view import AdversaryView, adversary_view
 from privfgl.federation import SERVER, client_name
 from privfgl.federation.messages import Message
@@ -301,8 +301,8 @@ class DPNoiseRemoval(Attack):
         rounds = [r for r, name in order if name == message]
         release = order.index((rounds[-1] if self.round < 0 else self.round, message))
         if release not in dp.audit_clipped:
-            raise ValueError(f"dp-noise-removal: the runtime keeps the clipped uploads of the latest round only; "
-                             f"round={self.round} is older (use round=-1)")
+            raise NoTruth(f"the runtime keeps the clipped uploads of the latest round only (the auditor's truth); "
+                          f"round={self.round} is older: the noise was removed but cannot be scored (round=-1 can)")
         clipped = dp.audit_clipped[release]
         return _sum(clipped) if target == "aggregate" else clipped[client_index(target)]
 
@@ -312,8 +312,8 @@ class DPNoiseRemoval(Attack):
         message = self.message or split.spec.messages[0]
         round = split.rounds - 1 if self.round < 0 else self.round
         if round not in split.audit_clipped:
-            raise ValueError(f"dp-noise-removal: the run kept the clipped split rows of round(s) "
-                             f"{', '.join(map(str, split.audit_clipped))} only (--transcript all keeps every round's)")
+            raise NoTruth(f"the run kept the clipped split rows of round(s) {', '.join(map(str, split.audit_clipped))} "
+                          "only (--transcript all keeps every round's)")
         clipped = split.audit_clipped[round]
         draws = [m for m in split_draws(adversary_view(setup.federation.transcript).messages, len(setup.clients),
                                         split.spec.messages) if m.round == round]

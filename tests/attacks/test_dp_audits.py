@@ -58,6 +58,19 @@ def test_os_entropy_noise_stays_at_the_noise_level(default, mode):
         assert default[mode][target].metrics["relative_rmse"] >= 0.5, target
 
 
+def test_an_older_round_is_denoised_but_not_scored_and_the_audit_goes_on(bow_graph):
+    # the runtime keeps the clipped uploads (the auditor's truth) of the latest release only; an older
+    # round stopped the whole audit with an error before, losing the other attacks' results
+    cfg = fedavg_config(method="dp-fedavg", rounds=3, dp=SPEC.format(mode="local") + ",seed=7",
+                        method_params={"q": 0.5, "sampling_seed": 1}, transcript="all")
+    _, setup = run(cfg, data=bow_graph)
+    found = run_attacks(setup, cfg, [parse_attack("dp-noise-removal:round=0"), parse_attack("participation")])
+    older = [f for f in found if f.name == "dp-noise-removal"]
+    assert older and all("round=0 is older" in f.metrics["no_truth"] for f in older)
+    assert all("seconds" in f.details for f in older)  # the attack itself ran
+    assert any("accuracy" in f.metrics for f in found if f.name == "participation")
+
+
 @pytest.mark.parametrize("mode", ["central", "distributed"])
 def test_clients_uploads_carry_no_full_noise_outside_local_mode(seeded, mode):
     assert "does not carry the release's noise" in seeded[mode]["client0"].metrics["no_input"]
