@@ -89,16 +89,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                           "tasks (fedgpl: induced sample graphs, a third of the clients per task level)")
     a("--clients", type=int, help="number of clients K")
     a("--rounds", type=int, help="communication rounds")
-    a("--local-epochs", type=int, help="local epochs per round")
-    a("--finetune-epochs", type=int, help="local fine-tuning epochs after the last round (0 = none)")
-    a("--mu", type=float, help="FedProx proximal weight")
-    a("--model", help="gcn, sage, gat, sgc, mlp")
-    a("--hidden", type=int)
-    a("--layers", type=int)
-    a("--dropout", type=float)
-    a("--lr", type=float)
-    a("--weight-decay", type=float)
-    a("--optimizer", help="local optimizer: adam (default) or sgd")
+    t = p.add_argument_group("model and local training", "the baselines' settings; a method that trains its own "
+                             "model (opfgl, fedspray, fedomd, fedgpl, fedlog; dp-sgd in part) refuses the ones it "
+                             "ignores and names its own --method-param (privfgl/methods/options.py)").add_argument
+    t("--local-epochs", type=int, help="local epochs per round (default 3)")
+    t("--finetune-epochs", type=int, help="local fine-tuning epochs after the last round (default 0 = none)")
+    t("--mu", type=float, help="FedProx proximal weight (default 0.01)")
+    t("--model", help="gcn (default), sage, gat, sgc, mlp")
+    t("--hidden", type=int, help="hidden width (default 64)")
+    t("--layers", type=int, help="GNN layers (default 2)")
+    t("--dropout", type=float, help="(default 0.5)")
+    t("--lr", type=float, help="learning rate (default 0.01)")
+    t("--weight-decay", type=float, help="(default 5e-4)")
+    t("--optimizer", help="local optimizer: adam (default) or sgd")
+    t("--engine", help="auto (default), stacked (all clients at once), looped (one model per client)")
+    t("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
+                           "or global_model (the aggregated model on each client's data)")
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--split-mode", help="stratified (default: per client and class) or random (per client, at least one "
                            "training node; FedOMD's 1%%/20%%/20%% split)")
@@ -119,9 +125,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--seed", type=int)
     a("--partition-seed", type=int, help="seed of the partition and splits (default: --seed)")
     a("--device", help="cpu (default) or cuda")
-    a("--engine", help="auto (default), stacked (all clients at once), looped (one model per client)")
-    a("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
-                           "or global_model (the aggregated model on each client's data)")
     a("--evaluate", type=_settings, metavar="SETTINGS",
       help="evaluation settings, comma-separated: seen (default), unseen-node, missing-class, new-client (the "
            "closed-set regime: all four are reported), or open-set (docs/evaluation-settings.md)")

@@ -97,3 +97,19 @@ def test_a_bad_method_param_is_refused_before_the_data_is_read(tmp_path, capsys,
                  "--offline", "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_the_help_groups_the_training_flags_and_names_runconfigs_defaults():
+    import re
+
+    from privfgl.cli import build_parser
+    from privfgl.experiment import RunConfig
+    run_parser = build_parser()._subparsers._group_actions[0].choices["run"]
+    group = next(g for g in run_parser._action_groups if g.title == "model and local training")
+    flags = {a.dest: a.help for a in group._group_actions}
+    assert set(flags) == set(TRAINING_OPTIONS)
+    defaults = RunConfig()
+    for option, text in flags.items():
+        said = re.search(r"\(default ([^ )=]+)", text) or re.search(r"(\S+) \(default", text)  # "(default 3)", "gcn (default)"
+        value = said.group(1)
+        assert value == str(getattr(defaults, option)) or float(value) == getattr(defaults, option), (option, text)
