@@ -27,6 +27,7 @@ from privfgl.methods import METHODS, MethodConfig, Setup
 from privfgl.methods.options import TRAINING_OPTIONS, unsupported_value, unused_option
 from privfgl.methods.params import check_method_params
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
+from privfgl.methods.opfgl.params import resolve_params as opfgl_params
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
 from privfgl.privacy.spec import SPLIT_MESSAGES
@@ -127,6 +128,9 @@ class RunConfig:
             check_method_params(self.method, self.method_params)  # before the data is read
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if self.method == "opfgl" and self.dp is not None and opfgl_params(self.method_params).dp_epsilon is not None:
+            raise ConfigError("opfgl: dp_epsilon (node-level DP on the statistics) and --dp (client-level message DP) "
+                              "are two DP mechanisms for the same upload; use one")
         for option in TRAINING_OPTIONS:  # a run option the method ignores is refused rather than lost
             value, why = getattr(self, option), unused_option(self.method, option)
             if why is not None and value != _RUN_DEFAULTS[option]:

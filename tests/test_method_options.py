@@ -78,6 +78,9 @@ def test_an_ignored_option_at_its_default_is_accepted():
      "dp-sgd: --model 'sage' is not supported; valid: gcn (dp-sgd trains a mean-aggregation GCN)"),
     (["--method", "fedomd", "--layers", "3"], "fedomd does not use --layers (given 3): fedomd's model is GCNConv -> "
                                               "ortho_layers x OrthoConv -> GCNConv"),
+    (["--method", "opfgl", "--method-param", "dp_epsilon=1", "--method-param", "dp_clip=1", "--method-param",
+      "dp_degree=3", "--dp", "gaussian:sigma=1,clip=1,on=stats,mode=central"],
+     "opfgl: dp_epsilon (node-level DP on the statistics) and --dp (client-level message DP) are two DP mechanisms"),
 ])
 def test_a_value_the_method_cannot_run_with_is_refused_before_the_data_is_read(tmp_path, capsys, argv, message):
     # these were refused by the method itself, after the data was loaded (in a sweep: after the earlier cells ran)

@@ -81,14 +81,6 @@ def _gamma(views: list[ClientView], p: OPFGLParams) -> torch.Tensor | None:
     return gamma
 
 
-def _check_setup(setup: Setup, p: OPFGLParams) -> None:
-    """What RunConfig.validate does not check (it checks the backbone and the single round:
-    privfgl/methods/options.py)."""
-    if p.dp_epsilon is not None and setup.federation.dp is not None:
-        raise ValueError("opfgl: dp_epsilon (node-level DP on the statistics) and --dp (client-level message DP) "
-                         "are two DP mechanisms for the same upload; use one")
-
-
 def _upload(setup: Setup, views: list[ClientView], p: OPFGLParams):
     """The one upload: (counts, sums) as pooled_statistics takes them, revealed by the protocols
     to the server, or to the clients only under `server_efficient`."""
@@ -147,7 +139,6 @@ def to_grid(t: torch.Tensor, bits: int) -> torch.Tensor:
 def run_opfgl(setup: Setup) -> None:
     """One O-pFGL run on `setup`; metrics go to setup.tracker, bytes/views to setup.federation."""
     p = resolve_params(setup.method.params)
-    _check_setup(setup, p)
     fed, timer, seed = setup.federation, setup.federation.timer, setup.method.seed
     clients, num_classes, device = setup.clients, setup.num_classes, torch.device(setup.device)
 
