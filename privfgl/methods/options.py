@@ -9,8 +9,9 @@ FedOMD's own lr and a record that says 0.05. `unsupported_value` names the value
 method reads that it cannot run with (O-pFGL's GCN and single round), checked there too, so that a
 sweep refuses such a cell before any run.
 
-The table was read from the methods' code and checked by running each method with each option
-changed (tests/test_method_options.py repeats the check for the quick methods).
+The table was read from the methods' code and is checked by running each method with each option
+changed: `python experiments/method_options.py` for every method, tests/test_method_options.py for
+the quick ones.
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from privfgl.methods.fedspray.params import BACKBONES
 
 TRAINING_OPTIONS = ("local_epochs", "finetune_epochs", "mu", "model", "hidden", "layers", "dropout", "lr",
                     "weight_decay", "optimizer", "engine", "evaluation")
+# A value other than RunConfig's default for each, to check the table by running a method with it.
+OTHER_VALUES = {"local_epochs": 1, "finetune_epochs": 2, "mu": 0.5, "model": "sage", "hidden": 32, "layers": 3,
+                "dropout": 0.1, "lr": 0.05, "weight_decay": 0.01, "optimizer": "sgd", "engine": "looped",
+                "evaluation": "global_model"}
 
 
 def _own(params: str) -> str:
