@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from attacks.base import Attack, Knowledge, NoInput, NoTruth, client_index
-from attacks.view import AdversaryView, adversary_view
+from attacks.view import AdversaryView, observed_messages
 from privfgl.federation import SERVER, client_name
 from privfgl.federation.messages import Message
 from privfgl.methods.opfgl import dp as opfgl_dp
@@ -315,8 +315,8 @@ class DPNoiseRemoval(Attack):
             raise NoTruth(f"the run kept the clipped split rows of round(s) {', '.join(map(str, split.audit_clipped))} "
                           "only (--transcript all keeps every round's)")
         clipped = split.audit_clipped[round]
-        draws = [m for m in split_draws(adversary_view(setup.federation.transcript).messages, len(setup.clients),
-                                        split.spec.messages) if m.round == round]
+        draws = [m for m in split_draws(observed_messages(setup.federation.transcript), len(setup.clients),
+                                        split.spec.messages) if m.round == round]  # order only: no payload copies
         if [m.name for m in draws] != [name for name, _ in clipped]:
             raise RuntimeError("dp-noise-removal: the split messages' order in the transcript is not the order their "
                                "noise was drawn in")

@@ -47,14 +47,20 @@ def _copy(message: Message, memo: dict[int, torch.Tensor]) -> Message:
     return replace(message, tensors=tensors)
 
 
+def observed_messages(transcript: Transcript, party: str = SERVER) -> list[Message]:
+    """Every message `party` received (in order), then every message it sent (in order per receiver):
+    the transcript's own records, payloads not copied (for the auditor's side; attacks get
+    `adversary_view`)."""
+    received = transcript.view(party)
+    return received + [m for p in transcript.parties() if p != party for m in transcript.view(p) if m.sender == party]
+
+
 def adversary_view(transcript: Transcript, party: str = SERVER) -> AdversaryView:
     """The view of `party` (default the honest-but-curious server): every message it received
     (the transcript's record of it) and every message it sent (it knows its own broadcasts),
     with copied payloads."""
-    received = transcript.view(party)
-    sent = [m for p in transcript.parties() if p != party for m in transcript.view(p) if m.sender == party]
     memo: dict[int, torch.Tensor] = {}
-    return AdversaryView(party, tuple(_copy(m, memo) for m in received + sent))
+    return AdversaryView(party, tuple(_copy(m, memo) for m in observed_messages(transcript, party)))
 
 
 VIEW_FORMAT = 1

@@ -25,9 +25,8 @@ from privfgl.federation import Federation, Transcript
 from privfgl.federation.runtime import participation_mask
 from privfgl.methods import METHODS, MethodConfig, Setup
 from privfgl.methods.options import TRAINING_OPTIONS, unsupported_value, unused_option
-from privfgl.methods.params import check_method_params
+from privfgl.methods.params import resolve_method_params
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
-from privfgl.methods.opfgl.params import resolve_params as opfgl_params
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
 from privfgl.privacy.spec import SPLIT_MESSAGES
@@ -125,10 +124,10 @@ class RunConfig:
             raise ConfigError(f"{self.method}: takes no method params (got {', '.join(sorted(self.method_params))}); "
                               "its settings are run options (e.g. --mu, --local-epochs)")
         try:
-            check_method_params(self.method, self.method_params)  # before the data is read
+            params = resolve_method_params(self.method, self.method_params)  # before the data is read
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.method == "opfgl" and self.dp is not None and opfgl_params(self.method_params).dp_epsilon is not None:
+        if self.method == "opfgl" and self.dp is not None and params.dp_epsilon is not None:
             raise ConfigError("opfgl: dp_epsilon (node-level DP on the statistics) and --dp (client-level message DP) "
                               "are two DP mechanisms for the same upload; use one")
         for option in TRAINING_OPTIONS:  # a run option the method ignores is refused rather than lost
@@ -167,9 +166,9 @@ class RunConfig:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
         if self.method == "fedgpl":
-            from privfgl.methods.fedgpl.params import check_protocol, resolve_params
+            from privfgl.methods.fedgpl.params import check_protocol
             try:
-                check_protocol(resolve_params(self.method_params), self.protocol, self.protocol_params)
+                check_protocol(params, self.protocol, self.protocol_params)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         self._validate_evaluate()

@@ -84,8 +84,10 @@ RESOLVERS = {"opfgl": ("privfgl.methods.opfgl.params", "resolve_params"),
              "dp-sgd": ("privfgl.methods.dp_sgd", "dp_sgd_params")}
 
 
-def check_method_params(method: str, method_params: dict) -> None:
-    """Resolve `method`'s params as its run will (ValueError on a bad one), before any data is read."""
-    if method in RESOLVERS:
-        module, function = RESOLVERS[method]
-        getattr(importlib.import_module(module), function)(dict(method_params))
+def resolve_method_params(method: str, method_params: dict):
+    """`method`'s params as its run will resolve them (its dataclass, or dict for the DP methods; None
+    for a method that takes none), ValueError on a bad one; needs no data."""
+    if method not in RESOLVERS:
+        return None
+    module, function = RESOLVERS[method]
+    return getattr(importlib.import_module(module), function)(dict(method_params))
