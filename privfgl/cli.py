@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -424,6 +425,9 @@ class _Parser(argparse.ArgumentParser):
     (argparse's default also prints the usage; subcommands inherit this class)."""
 
     def error(self, message: str):
+        flag = re.match(r"argument (--[\w-]+)(/\S+)?: expected one argument$", message)
+        if flag:  # argparse takes a value such as -0.2,0.4 for an option, and reports the value missing
+            message += f"; a value that starts with '-' is written {flag.group(1)}=VALUE"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -191,6 +191,9 @@ def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
     (["run", "--out", "/proc/no/such.json"], "--out /proc/no/such.json"),  # checked before the run
     (["run", "--save-view", "/proc/no/view"], "--save-view /proc/no/view"),
     (["run", "--clients", "x"], "argument --clients: invalid int value: 'x'"),
+    (["run", "--split", "-0.2,0.6,0.6"],  # argparse takes the value for an option
+     "argument --split: expected one argument; a value that starts with '-' is written --split=VALUE"),
+    (["run", "--split=-0.2,0.6,0.6"], "each > 0"),  # written so, the value is read and checked
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["audit", "--attack", "telepathy"], "unknown attack 'telepathy'"),
