@@ -321,7 +321,6 @@ class EdgeRecovery(Attack):
         update = client_update(view, client_index(aux.target), aux.round)
         if update is None:
             raise NoInput(f"no plaintext update of {aux.target} in round {aux.round} in the {view.party}'s view")
-        n = aux.x.shape[0]
         one_step = k.optimizer == "sgd" and k.local_epochs == 1 and k.dropout == 0 and update.n is not None
         details: dict = {}
         blocks: list[tuple[int, np.ndarray, dict]] = []

@@ -39,11 +39,10 @@ import tempfile
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.view import AdversaryView
-from privfgl.federation import SERVER, flatten
+from privfgl.federation import flatten
 
 
 # An upload counts as recovered when every value is within 1e-5 of the real one (relative to its largest

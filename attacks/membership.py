@@ -77,7 +77,6 @@ class MembershipAux:
     candidates: torch.Tensor  # [m, 2]
     labels: torch.Tensor  # [m]
     pool: torch.Tensor  # [p, 2] known non-members, disjoint from the candidates
-    pool_labels: torch.Tensor  # [p]
     all_labels: tuple[torch.Tensor, ...]  # per graph: labels of the candidate and pool nodes (-1 elsewhere)
     shadows: int
     seed: int
@@ -178,7 +177,7 @@ class Membership(Attack):
         epochs = self.epochs if self.epochs is not None else setup.method.rounds * max(setup.method.local_epochs, 1)
         return MembershipAux(target, self.variant, knowledge, int(epochs),
                              tuple((setup.clients[k].x.detach().clone(), setup.clients[k].edge_index.detach().clone())
-                                   for k in ks), cand, label_of(cand), pool, label_of(pool), tuple(known),
+                                   for k in ks), cand, label_of(cand), pool, tuple(known),
                              self.shadows, self.seed, public, dp_covers(privacy, knowledge.method, target))
 
     def truth(self, setup, target: str) -> torch.Tensor:

@@ -36,7 +36,6 @@ from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run
 from privfgl.privacy.accounting import noise_multiplier_for
 
-EPSILONS = (math.inf, 32.0, 8.0, 2.0, 0.5)
 warnings.filterwarnings("ignore", message="Optimal order is the smallest alpha")  # σ ≈ 0 rows (ε = ∞)
 DELTA = 1e-5
 

@@ -117,7 +117,6 @@ def random_ring_elements(n: int, rng: np.random.Generator | None) -> np.ndarray:
     return rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
 
 
-COMPUTE_STEPS = ("setup", "input", "compute", "reveal")
 COMPUTE_KINDS = {"setup": "parameters", "input": "share", "compute": "share", "reveal": "share"}
 
 

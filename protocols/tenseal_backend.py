@@ -286,7 +286,6 @@ class _HEProtocol(Protocol):
         sa = _sealapi()
         self.preset_name = preset
         self.preset = p = self.presets[preset]
-        t0 = time.perf_counter()
         scheme = sa.SCHEME_TYPE.CKKS if self.scheme == "ckks" else sa.SCHEME_TYPE.BFV
         parms = sa.EncryptionParameters(scheme)
         parms.set_poly_modulus_degree(p.poly_modulus_degree)
@@ -310,7 +309,6 @@ class _HEProtocol(Protocol):
         # What the server receives at setup: the parameters only.
         self.server_setup_bytes = self._serializer.dump(parms)
         self.server = _Server(self.server_setup_bytes)
-        self.setup_seconds = time.perf_counter() - t0
         self._setup_sent_to: set[str] = set()  # parties that already received the public setup
         # Data-level modulus: all primes but the special (last) one.
         primes = [m.value() for m in parms.coeff_modulus()]

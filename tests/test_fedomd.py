@@ -1,6 +1,5 @@
 """FedOMD: ONI/OrthoConv, CMD from secure sums, the three aggregations per round, the split, params,
 evaluation protocol, and the moments under crypten/ckks against plain."""
-import math
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ from torch_geometric.nn import GCNConv
 import protocols
 from privfgl.data import contextual_sbm
 from privfgl.data.splits import random_split, split_clients, stratified_split
-from privfgl.experiment import RunConfig, build_setup, effective_protocol_params, run
+from privfgl.experiment import RunConfig, effective_protocol_params, run
 from privfgl.federation import SERVER, client_name
 from privfgl.methods.fedomd.run import build_model, row_normalize
 from privfgl.methods.fedomd.cmd import cmd, cmd_layer, global_statistics, hidden_sums, moment_sums

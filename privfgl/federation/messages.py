@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from protocols.base import SERVER
-from protocols.base import client as client_name
+from protocols.base import SERVER  # noqa: F401 (re-exported with client_name: the parties' names)
+from protocols.base import client as client_name  # noqa: F401
 
 
 def payload_nbytes(tensors: dict[str, torch.Tensor]) -> int:

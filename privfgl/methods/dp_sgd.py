@@ -81,7 +81,7 @@ class DPSGDReport:
 def run_dp_sgd(setup: Setup) -> None:
     m, fed, cfg = setup.method, setup.federation, setup.model
     p = dp_sgd_params(m.params)
-    hops, K, timer = cfg.layers, len(setup.clients), fed.timer
+    hops, timer = cfg.layers, fed.timer
     mech = GaussianMechanism(p["sigma"], node_sensitivity(p["clip"], p["degree"], hops))
     source = NoiseSource.from_setting(p["seed"])
     setup.extras["dp"] = DPSGDReport(p, hops, m.rounds * m.local_epochs, source)

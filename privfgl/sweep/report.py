@@ -30,8 +30,6 @@ from privfgl.sweep.runner import record_path
 CONFIG_COLUMNS = ("method", "dataset", "partition", "clients", "rounds", "protocol", "evaluation", "dp",
                   "target_epsilon", "sigma")
 TABLE_CONFIG_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "dp")  # the spec is long; σ and ε say it
-METRIC_COLUMNS = ("test_acc", "test_acc_last", "val_acc", "best_round", "epsilon", "MB_up_per_client",
-                  "MB_up_per_client_round", "seconds")
 DEFAULT_TABLE = ("test_acc", "epsilon", "MB_up_per_client", "seconds")
 # Axis titles with units for the known columns; an attack column reads "ATTACK: METRIC".
 AXIS_LABELS = {"test_acc": "test accuracy (fraction)", "test_acc_last": "test accuracy, last round (fraction)",

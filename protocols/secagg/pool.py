@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import weakref
 from multiprocessing.connection import Connection
 
@@ -302,7 +301,6 @@ class Preparation:
         self.workers = sorted(set(self.owner))
         self.keys = self.sent = self.masked = None
         self.error: BaseException | None = None
-        self.wall_s = 0.0
         self._server = Server(K, [m[1] for m in members], [m[2] for m in members], members[0][3])
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(members, n, np.dtype(dtype).str),
@@ -324,7 +322,6 @@ class Preparation:
         return out
 
     def _run(self, members, n, dtype) -> None:
-        t0 = time.perf_counter()
         try:
             mine = self._split({m[0]: m for m in members})
             self.keys = self._step("prep_advertise", {w: (list(ms.values()), list(ms), self.session)
@@ -340,8 +337,6 @@ class Preparation:
                                                       self._split({u: inbox[u] for u in self.sent}).items()})
         except BaseException as e:  # noqa: BLE001 (the sum that would use it falls back; a broken pool is replaced)
             self.error = e
-        finally:
-            self.wall_s = time.perf_counter() - t0
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from attacks import run_attacks
 from attacks.link_stealing import LinkStealing, degree_matched_pairs
-from privfgl.experiment import RunConfig, run
+from privfgl.experiment import run
 from privfgl.training import LocalTrainers
 from attack_cases import by_target, overfitted_config
 from tests.view_checks import reachable, spying

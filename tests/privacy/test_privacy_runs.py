@@ -3,7 +3,6 @@ determinism per seed, DP-SGD's node-level accounting."""
 import math
 
 import pytest
-import torch
 
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER

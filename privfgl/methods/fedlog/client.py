@@ -35,7 +35,6 @@ class FedLoGClient:
         self.model.load_state_dict(init_model)
         self.x_head = init_synthetic[0].clone().requires_grad_(True)
         self.x_tail = init_synthetic[1].clone().requires_grad_(True)
-        self.y_syn = torch.arange(num_classes).repeat_interleave(p.s)
         self.gamma = torch.zeros(num_classes)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
         self.opt_syn = torch.optim.Adam([self.x_head, self.x_tail], lr=p.lr_synthetic)

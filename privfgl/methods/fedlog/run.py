@@ -38,7 +38,7 @@ def run_fedlog(setup: Setup) -> None:
     """FedLoG on `setup`; metrics to setup.tracker, bytes and views to setup.federation."""
     p = resolve_params(setup.method.params)
     fed, timer, seed = setup.federation, setup.federation.timer, setup.method.seed
-    C, d, K = setup.num_classes, setup.num_features, len(setup.clients)
+    C, d = setup.num_classes, setup.num_features
     torch.manual_seed(seed)
     phi = {k: v.detach().clone() for k, v in FedLoGModel(d, p).state_dict().items()}
     with timer.phase("broadcast"):
@@ -51,7 +51,7 @@ def run_fedlog(setup: Setup) -> None:
     support = fed.aggregate(0, "class_support", [c.support_upload() for c in clients])
     shared = shared_classes(support, p.min_contributors)
 
-    generators, gen_info = {}, []
+    gen_info = []
     with timer.phase("generator_pretrain"):
         flats = []
         for c in clients:

@@ -228,7 +228,7 @@ def run_fedomd(setup: Setup) -> None:
     views to setup.federation."""
     p = resolve_params(setup.method.params)
     _check_setup(setup, p)
-    fed, timer, seed, K = setup.federation, setup.federation.timer, setup.method.seed, len(setup.clients)
+    fed, timer, seed = setup.federation, setup.federation.timer, setup.method.seed
     device = torch.device(setup.device)
     setup.tracker = tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience, p.select)
 
