@@ -186,6 +186,58 @@ method_params = { sigma = "{sigma}", delta = 1e-6 }
     assert sigma == pytest.approx(noise_multiplier_for(8.0, 1e-6, 1.0, 60)) and cfg.method_params["sigma"] == sigma
 
 
+@pytest.mark.parametrize("cell, delta, q, releases", [
+    # FedSpray's on=all protects its encoder and proxy sums: two releases a round
+    ('method = "fedspray"\nrounds = 30\ndp = "gaussian:sigma={sigma},clip=1,on=all,mode=central"', 1e-5, 1.0, 60),
+    # FedOMD's rounds are its own default (1000), three messages a round
+    ('method = "fedomd"\ndp = "gaussian:sigma={sigma},clip=1,on=all,mode=central,delta=1e-6"', 1e-6, 1.0, 3000),
+    # DP-FedAvg under plain: the server sees who took part, so the accountant takes q = 1, not 0.5
+    ('method = "dp-fedavg"\nrounds = 30\nmethod_params = { q = 0.5 }\n'
+     'dp = "gaussian:sigma={sigma},clip=1,on=update,mode=central"', 1e-5, 1.0, 30),
+    ('method = "dp-fedavg"\nrounds = 30\nprotocol = "secagg"\nmethod_params = { q = 0.5 }\n'
+     'dp = "gaussian:sigma={sigma},clip=1,on=update,mode=distributed"', 1e-5, 0.5, 30),
+    # FedGPL's split messages: one release per noised message a round (on=split: all four)
+    ('method = "fedgpl"\nrounds = 10\ndp = "gaussian:sigma={sigma},clip=1,on=split,mode=local,accountant=prv"',
+     1e-5, 1.0, 40),
+])
+def test_target_epsilon_calibrates_for_the_releases_the_run_makes(tmp_path, cell, delta, q, releases):
+    from privfgl.privacy.accounting import noise_multiplier_for
+    sweep = load_sweep(write(tmp_path, f"[base]\ntarget_epsilon = 4\n{cell}\n"))
+    accountant = "prv" if "accountant=prv" in cell else "rdp"
+    _, sigma = run_config(sweep.cells[0], 0, None, False)
+    assert sigma == pytest.approx(noise_multiplier_for(4.0, delta, q, releases, accountant))
+
+
+def test_a_calibrated_run_spends_at_most_its_target(tmp_path, planetoid_root):
+    """Run end to end: the record's ε (the run's own accountant) is within the target, and close to it."""
+    sweep = small(tmp_path, planetoid_root, """
+[sweep]
+name = "dp"
+seeds = [0]
+[base]
+method = "dp-fedavg"
+dataset = "cora"
+clients = 3
+rounds = 2
+transcript = "none"
+target_epsilon = 4
+method_params = { q = 0.5 }
+dp = "gaussian:sigma={sigma},clip=1,on=update,mode=central"
+""")
+    assert run_sweep(sweep, progress=False) == []
+    record = json.loads(record_path(sweep.results, sweep.cells[0], 0).read_text())
+    assert 3.9 <= record["privacy"]["epsilon"] <= 4.0  # calibrated at q = 0.5 it spent 5.5 (q = 1 under plain)
+
+
+def test_a_run_over_its_target_epsilon_is_refused(tmp_path):
+    from privfgl.sweep.runner import check_spent
+    cell = load_sweep(write(tmp_path, '[base]\nmethod = "dp-fedavg"\ntarget_epsilon = 4\n'
+                                      'dp = "gaussian:sigma={sigma},clip=1,on=update,mode=central"\n')).cells[0]
+    check_spent(cell, 1.2, 4.0)
+    with pytest.raises(RuntimeError, match="the run spent ε = 4.1, over its target_epsilon 4"):
+        check_spent(cell, 1.2, 4.1)
+
+
 def test_method_defaults_apply_inside_a_sweep(tmp_path):
     sweep = load_sweep(write(tmp_path, "[base]\nmethod = \"opfgl\"\npartition = \"louvain+\"\n"))
     cfg, _ = run_config(sweep.cells[0], 0, None, False)

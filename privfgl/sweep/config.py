@@ -27,8 +27,9 @@
     y = "test_acc_last"
 
 `target_epsilon = E` calibrates Gaussian noise: `{sigma}` in the cell's `dp` spec becomes the smallest
-noise multiplier with ε(δ) ≤ E for `rounds` releases at sampling rate `method_params.q` (default 1;
-opacus' RDP search, δ from the spec's `delta=`, default 1e-5). `sigma = S` puts S there instead. A grid key may name one method
+noise multiplier with ε(δ) ≤ E over the releases the run's accountant composes (runner.noise_schedule:
+the method's own rounds, one release per protected message a round, DP-FedAvg's accounted rate; δ and
+the accountant from the spec). A run that spends more is refused (runner.check_spent). `sigma = S` puts S there instead. A grid key may name one method
 parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes the cell's.
 `paper = { test_acc = 0.7643 }` in a cell puts a published number beside the measured column
 ("paper:test_acc"); a column may also be any number in the record by its path

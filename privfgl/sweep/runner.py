@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
-import re
 import signal
 import sys
 import time
@@ -48,45 +47,68 @@ def _uses(options: dict, name: str) -> bool:
 
 
 def calibrated_sigma(options: dict) -> float | None:
-    """The cell's `sigma`, else σ for its target_epsilon: `rounds` releases at rate method_params.q,
-    δ from its dp spec; for dp-sgd, rounds × local_epochs steps at rate 1, δ from method_params.delta
-    (what its accountant composes: privfgl.methods.dp_sgd). None if it sets neither."""
-    from privfgl.experiment import RunConfig
+    """The cell's `sigma`, else the smallest σ whose ε at the run's δ stays within its target_epsilon over
+    the releases the run's accountant composes (noise_schedule). None if the cell sets neither."""
     if options.get("sigma") is not None:
         return float(options["sigma"])
     target = options.get("target_epsilon")
     if target is None:
         return None
-    params = options.get("method_params") or {}
-    rounds = int(options.get("rounds", RunConfig.rounds))
-    if options.get("method") == "dp-sgd":
-        steps = rounds * int(options.get("local_epochs", RunConfig.local_epochs))
-        return _noise_multiplier(float(target), float(params.get("delta", 1e-5)), 1.0, steps)
-    found = re.search(r"delta=([0-9.eE+-]+)", options.get("dp") or "")
-    delta = float(found.group(1)) if found else 1e-5
-    return _noise_multiplier(float(target), delta, float(params.get("q", 1.0)), rounds)
+    return _noise_multiplier(float(target), *noise_schedule(options))
+
+
+def noise_schedule(options: dict) -> tuple[float, float, int, str]:
+    """(δ, sample rate, releases, accountant) of the Gaussian noise the cell's `{sigma}` sets, as the run's
+    accountant composes it, from the run's config with the method's defaults filled in (its `rounds`):
+    - dp-sgd: rounds × local_epochs steps at rate 1, δ and accountant from its method params;
+    - --dp on aggregated or split messages: one release per protected message per round (`on=all`
+      counts every message the method sends; FedGPL's split messages: one per round, its minibatches
+      being disjoint), at DP-FedAvg's accounted rate (method_params.q under a secure protocol, 1 under
+      plain, where the server sees who took part), δ and accountant from the spec.
+    A run that stops early (FedOMD's early stopping) makes fewer releases: its ε stays under the target."""
+    from privfgl.methods.dp_fedavg import accounted_sample_rate, dp_fedavg_params
+    from privfgl.methods.dp_sgd import dp_sgd_params
+    from privfgl.privacy.spec import check_dp_for_run
+    cfg = _config_for_options(options, seed=0, sigma=1.0)  # σ's value plays no part in the schedule
+    if cfg.method == "dp-sgd":
+        p = dp_sgd_params(cfg.method_params)
+        return float(p["delta"]), 1.0, cfg.rounds * cfg.local_epochs, p["accountant"]
+    spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol)
+    if spec is None or spec.mechanism != "gaussian":
+        raise ConfigError(f"{{sigma}} with target_epsilon needs a gaussian --dp spec (got dp={cfg.dp!r})")
+    q = 1.0
+    if cfg.method == "dp-fedavg":
+        q, _ = accounted_sample_rate(float(dp_fedavg_params(cfg.method_params)["q"]), cfg.protocol)
+    return spec.delta, q, cfg.rounds * len(spec.messages), spec.accountant
 
 
 @functools.lru_cache(maxsize=None)
-def _noise_multiplier(epsilon: float, delta: float, q: float, rounds: int) -> float:
+def _noise_multiplier(epsilon: float, delta: float, q: float, releases: int, accountant: str) -> float:
     """opacus' σ search, once per setting (a cell is calibrated when checked and again per seed)."""
     from privfgl.privacy import noise_multiplier_for
-    return noise_multiplier_for(epsilon, delta, q, rounds)
+    return noise_multiplier_for(epsilon, delta, q, releases, accountant)
+
+
+def _config_for_options(options: dict, seed: int, sigma: float | None, progress: bool = False,
+                        threads: int | None = None):
+    """The RunConfig of a cell's run options with `{seed}`, `{sigma}`, `{target_epsilon}` filled in and the
+    method's defaults where the cell sets nothing (privfgl.experiment.config_for)."""
+    from privfgl.experiment import config_for
+    names = {"seed": seed, "sigma": sigma, "target_epsilon": options.get("target_epsilon")}
+    values = {k: _substitute(v, names) for k, v in options.items() if k not in SWEEP_OPTIONS}
+    values.update(seed=seed, progress=progress)
+    if threads is not None:
+        values["threads"] = threads
+    if options.get("attacks") and "transcript" not in values:
+        values["transcript"] = "all"  # attacks read earlier rounds' payloads
+    return config_for(values)
 
 
 def run_config(cell: Cell, seed: int, threads: int | None, progress: bool):
     """The RunConfig of (cell, seed): the cell's run options with `{seed}`/`{sigma}` filled in, the
     method's defaults where the cell sets nothing (privfgl.experiment.config_for)."""
-    from privfgl.experiment import config_for
     sigma = calibrated_sigma(cell.options) if _uses(cell.options, "sigma") else None
-    names = {"seed": seed, "sigma": sigma, "target_epsilon": cell.options.get("target_epsilon")}
-    values = {k: _substitute(v, names) for k, v in cell.options.items() if k not in SWEEP_OPTIONS}
-    values.update(seed=seed, progress=progress)
-    if threads is not None:
-        values["threads"] = threads
-    if cell.options.get("attacks") and "transcript" not in values:
-        values["transcript"] = "all"  # attacks read earlier rounds' payloads
-    return config_for(values), sigma
+    return _config_for_options(cell.options, seed, sigma, progress, threads), sigma
 
 
 def check_cells(sweep: Sweep) -> None:
@@ -126,6 +148,18 @@ def check_cells(sweep: Sweep) -> None:
             raise ConfigError(f"sweep {sweep.name}: {e}") from None
 
 
+def check_spent(cell: Cell, sigma: float | None, spent: float | None) -> None:
+    """A run whose σ was calibrated to the cell's target_epsilon must not spend more: RuntimeError (and no
+    record) if its accountant's ε exceeds the target, i.e. the calibration missed some of its releases."""
+    target = cell.options.get("target_epsilon")
+    if sigma is None or target is None or cell.options.get("sigma") is not None or spent is None:
+        return
+    if spent > float(target) * (1 + 1e-9):
+        raise RuntimeError(f"the run spent ε = {spent:.6g}, over its target_epsilon "
+                           f"{target} (σ = {sigma:.6g} was calibrated for other releases than the run made); "
+                           "no record written")
+
+
 def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool) -> Path:
     """Run (cell, seed) and write its record; returns the record's path."""
     from privfgl.experiment import run
@@ -133,6 +167,7 @@ def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress:
     cfg, sigma = run_config(cell, seed, threads, progress)
     attacks = cell.options.get("attacks") or []
     record, setup = run(cfg)
+    check_spent(cell, sigma, record["privacy"].get("epsilon"))
     if attacks:
         from attacks import parse_attack, run_attacks
         found = run_attacks(setup, cfg, [parse_attack(a) for a in attacks], cell.options.get("adversary", "server"))
