@@ -94,34 +94,42 @@ def public_knowledge(setup, run_config) -> Knowledge:
 
 
 def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -> list[Finding]:
-    """Every attack on every target it names: the attack sees only `party`'s view and its aux."""
+    """Every attack on every target it names: the attack sees only `party`'s view and its aux. A progress
+    bar over the (attack, target) pairs unless run_config.progress is false."""
+    from tqdm.auto import tqdm
     view = adversary_view(setup.federation.transcript, party)
     knowledge = public_knowledge(setup, run_config)
-    findings = []
+    plan: list[tuple[Attack, str | None, NoInput | None]] = []  # in order; a target of None: no input at all
     for attack in attacks:
         attack = for_method(attack, knowledge)  # FedSpray/FedOMD: gradient inversion of their uploads
         try:
-            targets = attack.targets(view, knowledge, len(setup.clients))
+            plan.extend((attack, target, None) for target in attack.targets(view, knowledge, len(setup.clients)))
         except NoInput as e:  # nothing in the view to name a target by (e.g. secagg-collusion on a plain run)
-            findings.append(Finding(attack.name, "all", {"no_input": str(e)}, {}, {"adversary": party}))
+            plan.append((attack, None, e))
+    findings = []
+    bar = tqdm(plan, desc="attacks", unit="target", leave=False,
+               disable=not getattr(run_config, "progress", True) or len(plan) < 2)
+    for attack, target, no_input in bar:
+        if no_input is not None:
+            findings.append(Finding(attack.name, "all", {"no_input": str(no_input)}, {}, {"adversary": party}))
             continue
-        for target in targets:
-            try:
-                aux = attack.declare_aux(setup, knowledge, target)
-                start = time.perf_counter()
-                reconstruction = attack.attack(view, aux)
-            except NoInput as e:
-                findings.append(Finding(attack.name, target, {"no_input": str(e)}, {}, {"adversary": party}))
-                continue
-            seconds = time.perf_counter() - start
-            details = {"adversary": party, "seconds": round(seconds, 3)}
-            try:
-                truth = attack.truth(setup, target)
-            except NoTruth as e:
-                findings.append(Finding(attack.name, target, {"no_truth": str(e)}, {}, details))
-                continue
-            metrics, baseline = attack.score(reconstruction, truth, aux)
-            findings.append(Finding(attack.name, target, metrics, baseline, details))
+        bar.set_postfix_str(f"{attack.name} {target}", refresh=False)
+        try:
+            aux = attack.declare_aux(setup, knowledge, target)
+            start = time.perf_counter()
+            reconstruction = attack.attack(view, aux)
+        except NoInput as e:
+            findings.append(Finding(attack.name, target, {"no_input": str(e)}, {}, {"adversary": party}))
+            continue
+        seconds = time.perf_counter() - start
+        details = {"adversary": party, "seconds": round(seconds, 3)}
+        try:
+            truth = attack.truth(setup, target)
+        except NoTruth as e:
+            findings.append(Finding(attack.name, target, {"no_truth": str(e)}, {}, details))
+            continue
+        metrics, baseline = attack.score(reconstruction, truth, aux)
+        findings.append(Finding(attack.name, target, metrics, baseline, details))
     return findings
 
 

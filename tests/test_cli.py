@@ -311,3 +311,13 @@ def test_out_writes_through_a_symlink_and_refuses_a_fifo(tmp_path, capsys):
     assert (tmp_path / "link.json").is_symlink() and json.loads((tmp_path / "target.json").read_text())["config"]
     assert main([*base, str(tmp_path / "fifo.json")]) == 2
     assert "is not a regular file" in capsys.readouterr().err and not (tmp_path / "fifo.json").is_file()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_audit_shows_a_progress_bar_over_its_attack_targets_unless_told_not_to(planetoid_root, capsys, quiet):
+    argv = ["audit", "--method", "fedavg", "--dataset", "cora", "--clients", "3", "--rounds", "1", "--optimizer", "sgd",
+            "--lr", "0.5", "--dropout", "0", "--attack", "label-inference", "--data-root", str(planetoid_root),
+            "--offline", *(["--no-progress"] if quiet else [])]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0
+    assert ("attacks:" in err and "target" in err) is not quiet, err[-500:]
