@@ -384,6 +384,45 @@ def test_the_server_alone_rebuilds_every_self_mask_and_still_sees_only_pairwise_
             assert abs(np.corrcoef(y.astype(np.float64), x.numpy())[0, 1]) < 0.05
 
 
+def test_what_the_server_rebuilds_is_a_fresh_self_mask_seed_and_never_a_pairwise_key_seed():
+    # The server rebuilds each survivor's self-mask seed b_u (round 4). Tried as u's pairwise-key seed too, it
+    # must neither give u's advertised s public key nor strip u's pairwise masks; and b_u must be fresh per
+    # client and per sum (a b_u the server could guess would unmask a late client, whose b it never gets).
+    K, n = 5, 3000
+    gen = torch.Generator().manual_seed(4)
+    xs = [torch.rand(n, generator=gen, dtype=torch.float64) * 10 for _ in range(K)]
+    p = get_protocol("secagg")
+    rebuilt = []
+    for _ in range(2):
+        result = p.aggregate(xs)
+        server, grid = p.last_run["server"], p.last_run["grid"]
+        for u in range(K):
+            b = shamir.combine(seed_shares(result, "b", u), server.threshold)
+            rebuilt.append(b)
+            assert len(b) == 16 and crypto.keypair_from_seed(b)[1] != server.keys[u][32:]
+            peers = {v: server.keys[v][32:] for v in server.neighbours[u]}
+            as_if_pairwise = unmask_input(masked_input(result, f"client{u}"), u, b, peers, b, grid)
+            assert np.mean(np.abs(as_if_pairwise - xs[u].numpy()) < 1e-3) < 0.01
+    assert len(set(rebuilt)) == 2 * K
+
+
+@pytest.mark.parametrize("request_, message", [
+    (dict(survivors=[0, 2, 3, 4], dropped=[1], num_survivors=4), "lists it as dropped"),  # client 1 asked
+    (dict(survivors=[0, 1, 2], dropped=[3, 4], num_survivors=3), "lists 3 survivors, fewer than the threshold"),
+], ids=["listed-as-dropped", "below-threshold"])
+def test_an_honest_client_refuses_an_unmasking_request_that_could_unmask_an_input(request_, message):
+    # The server asks client 1 (round 4) after an honest sum of 5 clients (t = 4): naming client 1 itself as
+    # dropped would have it reveal its own pairwise-key seed share although its masked input is in; fewer
+    # survivors than t would let the server pick who counts as dropped.
+    p = get_protocol("secagg")
+    p.aggregate([torch.ones(10, dtype=torch.float64)] * 5)
+    client1 = p.last_run["clients"][1]
+    assert client1.threshold == 4
+    with pytest.raises(ProtocolError, match=f"client1 refuses to unmask: the server {message}"):
+        client1.unmask(**request_)
+    assert set(client1.unmask([0, 1, 2, 3, 4], [], 5)["b"]) == {0, 1, 2, 3, 4}  # the honest request
+
+
 def _s_shares_held(p, owner: int, holders: list[int]) -> list[tuple[int, bytes]]:
     """What a coalition of clients learned in round 2: their decrypted shares of owner's pairwise-key seed."""
     clients = p.last_run["clients"]
