@@ -111,3 +111,33 @@ def test_ckks_error_bound_holds_at_the_range_edge(protocol_cache):
         result = protocol_cache(key).aggregate(xs)
         err = float(torch.max(torch.abs(result.total - sum(xs))))
         assert err <= result.error_bound
+
+
+@pytest.mark.parametrize("preset, grid_bits_at_10", [("default", 20), ("sum", 23)])
+def test_ckks_decryption_bound_is_the_documented_closed_form(preset, grid_bits_at_10):
+    # K·(B_fresh + N/2)/scale + 2^-45·(K + 1)·max_abs with the CKKS paper's fresh-noise bound (σ = 3.2):
+    # 8√2·σN + 6σ√N + 16σ√(hN), h = 2N/3, under public-key encryption, 6σ√N under symmetric. A smaller bound
+    # would let the key holder round onto a grid finer than the noise allows; the grid at K = 10 is the
+    # docs' (secure-aggregation.md: f = 20 default, 23 sum).
+    protocol = get_protocol("ckks", preset=preset)
+    p, sigma = CKKS_PRESETS[preset], 3.2
+    n = p.poly_modulus_degree
+    fresh = 6 * sigma * n**0.5 if p.symmetric else \
+        8 * 2**0.5 * sigma * n + 6 * sigma * n**0.5 + 16 * sigma * (2 * n / 3 * n) ** 0.5
+    for k in (1, 10, 100):
+        expected = k * (fresh + n / 2) / 2.0**p.scale_bits + 2.0**-45 * (k + 1) * p.max_abs
+        assert protocol.decryption_bound(k) == pytest.approx(expected, rel=1e-12)
+    assert protocol.grid_bits(10) == grid_bits_at_10
+
+
+def test_bfv_a_sum_that_rounding_pushes_out_of_range_raises_never_wraps():
+    # Each value and the float sum are inside |x| <= max_plain/2^f; rounded onto the grid they sum to more
+    # than max_plain (K values of a + 0.6 grid steps round to a + 1), which would wrap modulo t.
+    protocol = get_protocol("bfv", preset="sum")
+    top, f = protocol.max_plain, protocol.frac_bits
+    k = next(k for k in range(2, 50) if top % k >= 0.6 * k)
+    a = top // k
+    x = torch.tensor([(a + 0.6) / 2.0**f], dtype=torch.float64)
+    assert k * (a + 0.6) <= top < k * (a + 1)
+    with pytest.raises(ProtocolError, match="the quantised sum leaves the bfv sum"):
+        protocol.aggregate([x] * k)
