@@ -70,6 +70,17 @@ def test_removing_a_node_moves_the_clipped_sum_by_at_most_the_stated_sensitivity
     assert diff > clip  # the neighbours' gradients moved too: a per-sample bound C alone would be wrong
 
 
+def test_private_gradient_clips_each_nodes_gradient_before_summing():
+    gen = torch.Generator().manual_seed(3)
+    grads = {"w": torch.randn(6, 4, 5, generator=gen) * 10, "b": torch.randn(6, 5, generator=gen) * 10}  # norms >> C
+    mech = GaussianMechanism(1e-9, node_sensitivity(1.0, D, HOPS))  # noise far below the clipping's effect
+    out = private_gradient(grads, 0.5, mech, NoiseSource(seed=0), denominator=2.0)
+    flat = torch.cat([grads["w"].reshape(6, -1), grads["b"]], dim=1)
+    clipped = flat * (0.5 / flat.norm(dim=1, keepdim=True)).clamp(max=1.0)
+    expected = clipped.sum(0) / 2.0
+    assert torch.allclose(torch.cat([out["w"].reshape(-1), out["b"]]), expected, atol=1e-6)
+
+
 def test_private_gradient_noise_is_sigma_times_sensitivity_over_the_denominator():
     grads = {"w": torch.zeros(10, 50_000)}
     mech = GaussianMechanism(1.5, node_sensitivity(1.0, D, HOPS))

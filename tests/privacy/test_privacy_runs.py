@@ -46,10 +46,16 @@ def test_runs_without_dp_report_none(planetoid_root):
         ("dp", "epsilon", "delta", "accountant"))
 
 
-def test_dp_sgd_accounts_node_level_steps(planetoid_root):
+def test_dp_sgd_accounts_node_level_steps(planetoid_root, monkeypatch):
+    import privfgl.methods.dp_sgd as dp_sgd
+    used = []  # the mechanism every noisy step draws from: its std must be the record's, σ·C·(2N_D − 1)
+    real = dp_sgd.private_gradient
+    monkeypatch.setattr(dp_sgd, "private_gradient", lambda g, clip, mech, *a, **kw: used.append(mech) or
+                        real(g, clip, mech, *a, **kw))
     record, setup = cora_run(planetoid_root, method="dp-sgd", rounds=1, local_epochs=1,
                              method_params={"sigma": 2.0, "clip": 1.0, "degree": 3})
     priv = record["privacy"]
+    assert used and {m.std for m in used} == {priv["dp"]["noise_std"]} == {2.0 * 1.0 * (2 * 13 - 1)}
     assert priv["epsilon"] == gaussian_epsilon([(2.0, 1.0, 1)], 1e-5)
     assert priv["dp"]["sensitivity"] == 1.0 * (2 * 13 - 1) and priv["dp"]["unit"].startswith("node")
     assert 0 <= record["metrics"]["test_acc"] <= 1
