@@ -86,6 +86,15 @@ def test_laplace_composition_formulas():
                            "epsilon_advanced": pytest.approx(laplace_advanced_composition(1.0, 3, 1e-5))}
 
 
+def test_a_count_of_gaussian_releases_is_that_many_single_releases():
+    at_once, one_by_one = PrivacyAccountant(delta=1e-5), PrivacyAccountant(delta=1e-5)
+    at_once.add_gaussian(1.1, 0.5, count=5)
+    for _ in range(5):
+        one_by_one.add_gaussian(1.1, 0.5)
+    assert at_once.releases == one_by_one.releases == 5 and at_once.spent() == one_by_one.spent()
+    assert at_once.spent()["epsilon"] == gaussian_epsilon([(1.1, 0.5, 5)], 1e-5)
+
+
 def test_huge_laplace_epsilons_compose_without_overflow():
     acc = PrivacyAccountant(delta=1e-5)
     acc.add_laplace(1000.0, count=20)  # e^1000 overflows a float: advanced composition is inf, basic stands

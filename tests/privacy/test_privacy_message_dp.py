@@ -70,6 +70,9 @@ def test_laplace_clips_in_l1_and_adds_laplace_noise():
     exact = sum(c["w"] * (3.0 / n) for c, n in zip(data, l1))
     b_hat = (total["w"] - exact).abs().mean().item()
     assert abs(b_hat - 6.0) < 5 * 6.0 / math.sqrt(D)  # b = clip / ε
+    for r in range(1, 4):
+        fed.aggregate(r, "model_update", data)
+    assert fed.dp.report()["epsilon"] == 2.0 and fed.dp.report()["accountant"] == "laplace-basic"  # 4 × ε = 0.5
 
 
 def test_other_messages_pass_untouched_and_releases_are_accounted():
