@@ -82,6 +82,14 @@ def test_the_laplace_scale_is_the_clip_over_epsilon():
     assert stats.kstest(noise.numpy(), stats.laplace(scale=3.6).cdf).pvalue < 1e-6  # the test can tell 10 % apart
 
 
+def test_the_gaussian_std_is_sigma_times_the_clip():
+    dp = SplitDP(check_dp_for_run("gaussian:sigma=1.5,clip=2.0,on=m1,mode=local,seed=3", "fedgpl", "plain"))
+    noise = dp.protect(M1, torch.zeros(4000, 25, dtype=torch.float64)).flatten()
+    assert dp.mechanism.std == 3.0
+    assert stats.kstest(noise.numpy(), stats.norm(scale=3.0).cdf).pvalue > 1e-3
+    assert stats.kstest(noise.numpy(), stats.norm(scale=2.7).cdf).pvalue < 1e-6  # the test can tell 10 % apart
+
+
 def test_rows_are_clipped_to_the_bound_before_the_noise():
     dp = SplitDP(check_dp_for_run("laplace:epsilon=1e9,clip=1.5,on=m1,mode=local", "fedgpl", "plain"))
     rows = torch.randn(50, 8, dtype=torch.float64) * 10
