@@ -255,9 +255,13 @@ def partition_cache_dir() -> Path:
 
 def effective_protocol_params(cfg: RunConfig) -> dict:
     """cfg.protocol_params completed by the method's defaults for the run's protocol
-    (METHOD_PROTOCOL_DEFAULTS); a key the user set is never overridden."""
+    (METHOD_PROTOCOL_DEFAULTS), and secagg's simulated `dropout_rate` drawn from the run's seed unless
+    `dropout_seed` is set (one seed, one run); a key the user set is never overridden."""
     defaults = METHOD_PROTOCOL_DEFAULTS.get(cfg.method, {}).get(cfg.protocol, {})
-    return {**defaults, **cfg.protocol_params}
+    params = {**defaults, **cfg.protocol_params}
+    if cfg.protocol == "secagg" and params.get("dropout_rate") and params.get("dropout_seed") is None:
+        params["dropout_seed"] = cfg.seed
+    return params
 
 
 TASK_PARTITION = "tasks"  # FedGPL's client construction instead of a node partition

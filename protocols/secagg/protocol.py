@@ -128,7 +128,8 @@ class SecAggProtocol(Protocol):
                  graph_seed: the public seed of the k-regular graph's ring order.
     dropout:     {round: [client indices]} dropped at that round (1..4) in every sum (fault injection).
     dropout_rate, dropout_seed: each client also drops with this probability at a uniform round,
-                 drawn per sum from a generator seeded once with dropout_seed (simulation only).
+                 drawn per sum from a generator seeded once with dropout_seed (simulation only; None:
+                 OS entropy; a run passes its own seed unless given one, privfgl.experiment).
     faults:      fault injection: {"tamper_share": [u, v]} the server alters u's sealed share for v;
                  {"replay_share": [u, v]} the server forwards to v, instead of u's sealed share for v, the
                  one u sealed for v in the previous sum of this protocol object (from the second sum on;

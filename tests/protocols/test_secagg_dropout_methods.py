@@ -268,6 +268,21 @@ def test_a_random_participation_rate_drops_the_same_clients_under_every_protocol
     assert other_seed["cost"]["participation"] != plain
 
 
+def test_secaggs_simulated_dropout_rate_is_drawn_from_the_runs_seed(sbm):
+    """`--protocol-param dropout_rate=p` without dropout_seed: the run's seed draws who drops (recorded as a
+    filled-in protocol param), so one seed gives one run and another seed another draw."""
+    def record(seed):
+        cfg = RunConfig(method="fedavg", dataset="sbm", partition="metis", clients=6, rounds=4, seed=seed,
+                        protocol="secagg", protocol_params={"dropout_rate": 0.2, "threshold": 3}, progress=False,
+                        transcript="none")
+        return run(cfg, data=sbm)[0]
+    first, again, other = record(3), record(3), record(5)
+    assert first["config"]["protocol_params_method_defaults"] == {"dropout_seed": 3}
+    assert first["cost"]["participation"] == again["cost"]["participation"] and first["cost"]["participation"]["dropped_inputs"] > 0
+    assert first["metrics"]["test_acc"] == again["metrics"]["test_acc"]
+    assert other["cost"]["participation"] != first["cost"]["participation"]
+
+
 def test_a_random_participation_draw_never_leaves_a_round_without_clients():
     """At a high rate some rounds draw every client out: one (the nearest to staying) is kept, so the run
     goes on; the draw is the same for every call of a round."""
