@@ -81,6 +81,18 @@ def test_laplace_counting_query_bound_stays_below_the_true_epsilon(eps):
     assert np.median(bonf) > 0.4 * eps
 
 
+def test_the_split_half_bound_counts_only_the_half_that_did_not_choose_the_threshold():
+    # Counting the trials that chose the threshold would bias the bound upwards (the choice is fitted to
+    # them): the reported counts are exactly those of the other half, at the chosen threshold.
+    scores, members = laplace_count(2.0, 1001, 7)  # 2002 trials: 1001 choose, 1001 are counted
+    bound = split_half_bound(scores, members, seed=3)
+    test = np.random.default_rng(3).permutation(scores.size)[scores.size // 2:]
+    called = scores[test] >= bound.threshold
+    assert bound.tp + bound.fn + bound.fp + bound.tn == test.size == 1001
+    assert (bound.tp, bound.fn) == (int((called & members[test]).sum()), int((~called & members[test]).sum()))
+    assert (bound.fp, bound.tn) == (int((called & ~members[test]).sum()), int((~called & ~members[test]).sum()))
+
+
 def test_delta_lowers_the_bound():
     with_delta = bound_from_counts(900, 100, 100, 900, delta=0.1).epsilon_lb
     assert with_delta < bound_from_counts(900, 100, 100, 900).epsilon_lb
