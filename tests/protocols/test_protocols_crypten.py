@@ -193,3 +193,19 @@ def test_dead_party_raises_clearly(session):
     assert time.monotonic() - t0 < 15
     assert not any(_alive(pid) for pid in pids)
     assert np.isfinite(session.aggregate(xs).total.numpy()).all()  # and the session recovers
+
+
+def test_the_multiprocess_parties_sum_opens_to_the_server_only():
+    # party_secure_sum (one OS process per party in multiprocess mode) run as threaded parties, whose wire
+    # records every message: after the PRZS sharing (no message), each client sends its share of the sum to
+    # the server and nothing reaches a client, which returns None.
+    K = 3
+    inputs = [torch.tensor([10 + k, -k, 2**40], dtype=torch.int64) for k in range(K)]
+
+    def program(party):
+        party.step = "sum"
+        return cc.party_secure_sum(inputs[party.rank] if party.rank < K else None, (3,), K, server=K)
+
+    results, log, _ = cc.run_parties(K + 1, program, precision_bits=0)
+    assert results[:K] == [None] * K and torch.equal(results[K], sum(inputs))
+    assert {(sender, receiver) for step, sender, receiver, _ in log if step == "sum"} == {(k, K) for k in range(K)}
