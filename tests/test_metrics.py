@@ -100,3 +100,34 @@ def test_node_homophily_is_the_share_of_neighbours_with_the_same_label(labels, p
             assert bool(h[i].isnan())
         else:
             assert abs(float(h[i]) - sum(labels[a] == labels[i] for a in neighbours) / len(neighbours)) < 1e-12
+
+
+def split_client(y, train, val, test):
+    n = len(y)
+    mask = lambda idx: torch.isin(torch.arange(n), torch.tensor(idx, dtype=torch.long))
+    return Data(y=torch.tensor(y), train_mask=mask(train), val_mask=mask(val), test_mask=mask(test), num_nodes=n)
+
+
+def test_the_reported_round_is_chosen_on_validation_never_on_test_and_a_tie_keeps_the_earlier():
+    c = split_client([0, 1, 0, 1, 0, 1], train=[0, 1], val=[2, 3], test=[4, 5])
+    right, wrong = torch.eye(2)[torch.tensor([0, 1])], torch.eye(2)[torch.tensor([1, 0])]
+    rounds = [torch.cat([right, right, wrong]),   # round 0: val 1.0, test 0.0
+              torch.cat([right, wrong, right]),   # round 1: val 0.0, test 1.0
+              torch.cat([right, right, right])]   # round 2: val 1.0 (a tie with round 0), test 1.0
+    for select in ("val_acc", "val_loss"):
+        tracker = RoundTracker([c], num_classes=2, select=select)
+        for r, logits in enumerate(rounds):
+            tracker.evaluate(r, [logits])
+        summary = tracker.summary()
+        assert (summary["best_round"], summary["test_acc"], summary["last"]["test_acc"]) == (0, 0.0, 1.0), select
+
+
+def test_macro_f1_is_the_node_weighted_mean_of_the_clients_and_the_pooled_one_beside_it():
+    a = client([0, 0, 1, 1], train=[0, 1], test=[2, 3])
+    b = client([2, 2, 2, 2, 2, 2, 0, 1], train=[0, 1, 2], test=[3, 4, 5, 6, 7])
+    pred_a, pred_b = torch.tensor([0, 0, 1, 0]), torch.tensor([2, 2, 2, 2, 2, 2, 0, 2])
+    e = RoundTracker([a, b], num_classes=3).evaluate(0, [torch.eye(3)[pred_a], torch.eye(3)[pred_b]])
+    f1 = lambda y, p: f1_score(y, p, labels=[0, 1, 2], average="macro", zero_division=0)
+    f1_a, f1_b = f1([1, 1], [1, 0]), f1([2, 2, 2, 0, 1], [2, 2, 2, 0, 2])
+    assert abs(e["test_f1_macro"] - (4 * f1_a + 8 * f1_b) / 12) < 1e-12
+    assert abs(e["test_f1_macro_micro"] - f1([1, 1, 2, 2, 2, 0, 1], [1, 0, 2, 2, 2, 0, 2])) < 1e-12
