@@ -60,14 +60,19 @@ def test_local_sends_nothing_and_fedprox_and_finetuning_run(planetoid_root):
     local, _ = cora_run(planetoid_root, method="local", rounds=5)
     assert local["cost"]["bytes_up"] == 0 and local["cost"]["bytes_down"] == 0
     prox, _ = cora_run(planetoid_root, method="fedprox", mu=0.1, rounds=3, finetune_epochs=4)
-    stages = [e["stage"] for e in prox["metrics"]["curve"]]
-    assert stages == ["train"] * 3 + ["finetune"] * 4
+    curve = prox["metrics"]["curve"]
+    assert [(e["round"], e["stage"]) for e in curve] == [(r, "train") for r in range(3)] + \
+        [(r, "finetune") for r in range(3, 7)]
+    tuned = {(e["val_acc"], e["test_acc"]) for e in curve[3:]}
+    assert len(tuned) > 1  # each fine-tuning epoch trains: the model, so its scores, move
 
 
 def test_global_model_evaluation_is_one_model_for_every_client(planetoid_root):
     record, setup = cora_run(planetoid_root, rounds=3, evaluation="global_model")
     assert record["config"]["evaluation"] == "global_model"
-    assert len(record["metrics"]["curve"]) == 3
+    assert [e["round"] for e in record["metrics"]["curve"]] == [0, 1, 2]
+    local, _ = cora_run(planetoid_root, rounds=3, evaluation="local_model")  # the clients' models, same seed
+    assert record["metrics"]["curve"] != local["metrics"]["curve"]
 
 
 def test_looped_engine_gives_the_same_accuracy_as_stacked_without_dropout(planetoid_root):

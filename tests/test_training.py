@@ -141,3 +141,21 @@ def test_block_graph_pads_each_client_to_the_largest_and_back(sizes):
     assert torch.equal(back, rows * weight[:, None])
     back.sum().backward()
     assert torch.equal(rows.grad, weight[:, None].expand_as(rows))
+
+
+@pytest.mark.parametrize("engine", [LoopedTrainers, StackedTrainers])
+def test_the_proximal_term_pulls_each_client_towards_its_anchor(engine):
+    # One SGD step: w ← w − lr·(∇L + μ·(w − anchor)), so against the same step without the term the weights
+    # differ by exactly −lr·μ·(w₀ − anchor): towards the anchor, at the rate μ.
+    clients = random_clients()
+    cfg = ModelConfig(model="gcn", hidden=16, dropout=0.0, lr=0.1, weight_decay=0.0, optimizer="sgd")
+    init = [init_params(cfg, 40, 4, seed=k) for k in range(3)]
+    anchors = [init_params(cfg, 40, 4, seed=99)] * 3
+    with_term, without = engine(clients, cfg, init), engine(clients, cfg, init)
+    with_term.train(1, prox_mu=0.5, anchors=anchors)
+    without.train(1)
+    for k in range(3):
+        for name, w0 in init[k].items():
+            expected = -0.1 * 0.5 * (w0 - anchors[k][name])
+            got = with_term.get_params(k)[name] - without.get_params(k)[name]
+            assert torch.allclose(got, expected, atol=1e-6), (k, name)
