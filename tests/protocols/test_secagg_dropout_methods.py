@@ -124,7 +124,7 @@ CASES = {
     "fedavg": dict(),
     "fedprox": dict(mu=0.1),
     "dp-sgd": dict(method_params={"seed": 0, "sigma": 0.5}),
-    "dp-fedavg": dict(dp="gaussian:sigma=0.01,clip=10,on=update,mode=central,seed=0", method_params={"sampling_seed": 0}),
+    "dp-fedavg": dict(dp="gaussian:sigma=1e-6,clip=10,on=update,mode=central,seed=0", method_params={"sampling_seed": 0}),
     "fedomd": dict(split=(0.05, 0.2, 0.2), split_mode="random", method_params={"patience": 0}),
     "fedspray": dict(split=(0.4, 0.3, 0.3)),
     "fedlog": dict(partition="metis", split=(0.4, 0.3, 0.3),
@@ -196,13 +196,24 @@ def test_dp_sgd_averages_over_the_survivors_not_k(runs):
     assert torch.allclose(flatten(got)[0].double(), expected, atol=1e-6)  # float32 global model
 
 
+def _dp_fedavg_step(setup) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the server's step in round 0: round 0's model − the init, the survivors' mean delta)."""
+    models = setup.federation.transcript.view(client_name(0), name="global_model", round=0)
+    start, new = (flatten(m.tensors)[0].double() for m in (models[0], models[1]))  # the init, then round 0's model
+    return new - start, _survivor_mean(setup, "model_update")
+
+
 def test_dp_fedavg_divides_by_q_times_the_survivors(runs):
-    plain, _ = runs("dp-fedavg")
-    fed = plain.federation
-    start = fed.transcript.view(client_name(0), name="global_model", round=0)
-    start, new = (flatten(m.tensors)[0].double() for m in (start[0], start[1]))  # the init, then round 0's model
-    deltas = _survivor_mean(plain, "model_update")  # q = 1; the noise std is 0.01·10 on the sum
-    assert float((new - start - deltas).abs().max()) < 0.1 / len(SURVIVORS) * 6
+    step, deltas = _dp_fedavg_step(runs("dp-fedavg")[0])  # q = 1; noise std 1e-6·10 on the sum (max ≈ 2e-5 here)
+    assert float(deltas.abs().max()) > 1e-3 and torch.allclose(step, deltas, atol=1e-4)  # ÷(q·|S|), not ÷(q·K)
+
+
+def test_dp_fedavg_steps_by_its_server_learning_rate(sbm):
+    case = CASES["dp-fedavg"]
+    setup = run_method("dp-fedavg", sbm, "plain", MASK, dp=case["dp"],
+                       method_params={**case["method_params"], "server_lr": 0.5})
+    step, deltas = _dp_fedavg_step(setup)
+    assert torch.allclose(step, 0.5 * deltas, atol=1e-4)
 
 
 def test_fedlog_divides_each_sum_by_its_own_survivors_rates(runs):
