@@ -527,3 +527,28 @@ def test_a_config_that_defines_no_runs_is_refused(tmp_path, text):
     # before: it ran one default cell (FedAvg, Cora, 10 clients, 100 rounds)
     with pytest.raises(ConfigError, match="defines no runs; valid: a \\[base\\] table, a \\[grid\\] table or \\[\\[cells\\]\\]"):
         load_sweep(write(tmp_path, text))
+
+
+def test_a_cells_summary_counts_its_own_seeds_and_averages_only_the_numbers_it_has():
+    rows = [{"cell": "a", "seed": 0, "test_acc": 0.5, "epsilon": None, "leak": float("nan")},
+            {"cell": "a", "seed": 1, "test_acc": 0.7, "epsilon": 2.0, "leak": 0.25},
+            {"cell": "b", "seed": 0, "test_acc": 0.9, "epsilon": None, "leak": None}]
+    from privfgl.sweep.report import summarise
+    a, b = summarise(rows, ["a", "b"])
+    assert (a["seeds"], b["seeds"]) == (2, 1)
+    assert a["test_acc"] == pytest.approx(0.6) and a["test_acc:std"] == pytest.approx(statistics.stdev([0.5, 0.7]))
+    assert (a["epsilon"], a["leak"]) == (2.0, 0.25)  # a missing or non-finite value is left out, never a 0
+    assert b["epsilon"] is None and b["leak"] is None and "leak:std" not in b
+
+
+def test_a_record_row_reads_the_last_rounds_accuracy_and_the_upload_per_round():
+    record = {"sweep": {"cell": "c", "seed": 0, "sigma": None, "options": {}},
+              "config": {"method": "fedavg", "dataset": "cora", "partition": "louvain", "clients": 2, "rounds": 4,
+                         "protocol": "plain", "evaluation": "local_model"},
+              "metrics": {"test_acc": 0.8, "last": {"test_acc": 0.7}, "val_acc": 0.75, "best_round": 2},
+              "cost": {"bytes_up_per_client": [2e6, 4e6], "rounds": 4}, "time": {"total_s": 1.5},
+              "privacy": {"epsilon": None}}
+    from privfgl.sweep.report import record_row
+    row = record_row(record)
+    assert (row["test_acc"], row["test_acc_last"], row["best_round"]) == (0.8, 0.7, 2)
+    assert (row["MB_up_per_client"], row["MB_up_per_client_round"]) == (3.0, 0.75)
