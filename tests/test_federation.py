@@ -75,6 +75,26 @@ def test_transcript_keeps_payloads_by_policy_and_metadata_always(keep, payload_r
     assert {m.round for m in view if m.tensors is not None} == payload_rounds
 
 
+@pytest.mark.parametrize("keep, payload_rounds", [("all", {0, 1}), ("last", {1}), ("none", set())])
+def test_the_policy_keeps_or_drops_ciphertexts_and_shares_as_it_does_tensors(keep, payload_rounds):
+    fed = Federation(2, protocols.get_protocol("crypten"), Transcript(keep))
+    for r in range(2):
+        fed.aggregate(r, "u", uploads(2))
+    view = fed.transcript.view(SERVER, name="u")
+    assert view and all(m.kind != "plaintext" for m in view if m.sender != SERVER)
+    assert {m.round for m in view if m.blobs is not None} == payload_rounds
+
+
+def test_a_sum_that_misses_two_clients_counts_two_dropped_inputs():
+    fed = Federation(4, protocols.get_protocol("plain"))
+    fed.absent = {0: [1, 3]}  # round 0: clients 1 and 3 send nothing
+    fed.aggregate(0, "u", uploads(4))
+    fed.aggregate(1, "u", uploads(4))
+    summary = fed.participation_summary()
+    assert (summary["sums"], summary["dropped_inputs"]) == (2, 2)
+    assert summary["partial_sums"] == [{"round": 0, "message": "u", "survivors": [0, 2], "dropped": [1, 3]}]
+
+
 def test_unknown_transcript_policy_is_rejected():
     with pytest.raises(ValueError, match="valid: all, last, none"):
         Transcript("some")
