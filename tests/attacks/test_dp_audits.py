@@ -82,6 +82,16 @@ def test_participation_is_read_exactly_off_plain_uploads(seeded):
     assert found.baseline["accuracy"] < 1.0  # some clients sat a round out (the prior guesses all took part)
 
 
+def test_participations_prior_and_scores_on_a_hand_example():
+    from attacks.participation import participation_metrics, prior_guess
+    assert prior_guess(0.2, 3) == [False] * 3 and prior_guess(0.8, 3) == [True] * 3  # each coin's likelier side
+    truth = {0: [True, False, True], 1: [True, True, False]}
+    guess = {0: [True, False, True], 1: [True, True, True]}  # round 1: one client wrong
+    m = participation_metrics(guess, truth)
+    assert (m["accuracy"], m["exact_rounds"], m["rounds"]) == (5 / 6, 0.5, 2)
+    assert m["f1"] == 2 * 4 / (2 * 4 + 1 + 0)
+
+
 def test_participation_under_crypten_is_no_better_than_the_prior(seeded):
     found = seeded["distributed"]["sampled_clients"]
     assert found.metrics["rounds_read"] == 0
