@@ -47,6 +47,8 @@ def test_raw_ckks_reveal_gives_the_server_the_key_and_every_upload(preset):
     assert metrics["key_fraction"] == 1.0 and metrics["consistent"] is True
     assert metrics["uploads_recovered"] == 3 and metrics["max_abs_error"] < 1e-6
     assert baseline["key_fraction"] < 1e-12 and baseline["cosine"] < 0.9
+    # the baseline (every client guessed as the mean upload) recovers none and errs by far more
+    assert baseline["uploads_recovered"] == 0 and baseline["max_abs_error"] > 1e3 * metrics["max_abs_error"]
 
 
 @pytest.mark.parametrize("preset", ["sum", "default"])
