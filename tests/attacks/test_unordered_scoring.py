@@ -1,5 +1,6 @@
 """The scorers of unordered reconstructions: every target row gets its own reconstructed row, a target
 left without one counts as wrong, and the baseline gets the same matching."""
+import pytest
 import torch
 
 from attacks.metrics import matched_sample_baseline, unordered_scores
@@ -32,3 +33,19 @@ def test_extra_rows_do_not_help_the_baseline_past_the_reconstruction():
     assert base["matched_rows"] == 3 and base["auc_per_feature"] < 1.0
     many = matched_sample_baseline(prior, rows=200, true_x=X, seed=0)  # the matching picks lucky draws
     assert many["auc_per_feature"] >= base["auc_per_feature"]
+
+
+def test_split_feature_rows_are_scored_against_the_population_mean_and_reidentified_by_their_own_entry():
+    from attacks.split_features import score_rows
+    true = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]])  # row 2: the prompt's
+    prior = torch.tensor([1.0, 1.0, 0.0])
+    rows = torch.tensor([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8]])  # unit rows
+    ids = torch.tensor([0, 1, 0, 2])
+    own = torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]])  # similarity [rows, 3 dictionary entries]
+    metrics, baseline = score_rows(rows, true, prior, own, ids)
+    assert metrics["rows_scored"] == 3 and metrics["cosine"] == pytest.approx((1 + 1 + 0.8) / 3)  # |cos|, up to sign
+    assert baseline["cosine"] == pytest.approx((2 ** -0.5 + 2 ** -0.5 + 0) / 3)  # the population mean's |cos|
+    assert (metrics["reid_top1"], metrics["reid_auc"]) == (1.0, 1.0)  # each row's own entry is its most similar
+    shuffled = own[:, [2, 0, 1]]  # every row's most similar entry is another's
+    wrong, _ = score_rows(rows, true, prior, shuffled, ids)
+    assert wrong["reid_top1"] == 0.0 and (baseline["reid_top1"], baseline["reid_auc"]) == (1 / 3, 0.5)
