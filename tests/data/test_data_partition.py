@@ -120,6 +120,12 @@ def test_corrupt_cache_is_recomputed(cora, cora_parts, tmp_path):
     (folder / "client_3.txt").write_text("0\n1\n")
     again = partition_nodes(cora, "metis", K, seed=0, cache_dir=tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(cora_parts["metis"], again))
+    # the right number of ids, but one node in two clients (and one in none): recomputed too
+    ids = (folder / "client_3.txt").read_text().split()
+    first_of_client_0 = (folder / "client_0.txt").read_text().split()[0]
+    (folder / "client_3.txt").write_text("\n".join([first_of_client_0, *ids[1:]]) + "\n")
+    again = partition_nodes(cora, "metis", K, seed=0, cache_dir=tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(cora_parts["metis"], again))
 
 
 def test_client_subgraphs_keep_only_intra_client_edges(cora, cora_parts):
