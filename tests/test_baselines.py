@@ -54,6 +54,12 @@ def test_plain_transcript_holds_each_client_upload_of_the_last_round(planetoid_r
     param_values = sum(t.numel() for t in uploads[0].tensors.values())
     assert all(m.nbytes == param_values * 8 for m in uploads)  # float64 pre-weighted upload
     assert record["cost"]["bytes_up"] == 2 * 10 * param_values * 8
+    # the server's new model is the n-weighted mean: Σ n_k·w_k / Σ n_k, from the uploads it received
+    (broadcast,) = [m for m in setup.federation.transcript.view("client0", name="global_model", round=1)]
+    total_n = sum(float(m.tensors["n"]) for m in uploads)
+    for name, w in broadcast.tensors.items():
+        expected = sum(m.tensors[name] for m in uploads) / total_n
+        assert torch.allclose(w.double(), expected, atol=1e-6), name
 
 
 def test_local_sends_nothing_and_fedprox_and_finetuning_run(planetoid_root):
