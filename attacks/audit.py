@@ -108,7 +108,7 @@ def run_attacks(setup, run_config, attacks: list[Attack], party: str = SERVER) -
             plan.append((attack, None, e))
     findings = []
     bar = tqdm(plan, desc="attacks", unit="target", leave=False,
-               disable=not getattr(run_config, "progress", True) or len(plan) < 2)
+               disable=not run_config.progress or len(plan) < 2)
     for attack, target, no_input in bar:
         if no_input is not None:
             findings.append(Finding(attack.name, "all", {"no_input": str(no_input)}, {}, {"adversary": party}))
