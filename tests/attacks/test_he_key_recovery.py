@@ -2,12 +2,13 @@
 default grid reveal, from BFV, or from sums it never sees; from its view alone, also on disk."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import protocols
 from attacks import NoInput, parse_attack, run_attacks
-from attacks.he_key_recovery import HEKeyRecovery, _Files, _sealapi, recover
+from attacks.he_key_recovery import HEAux, HEKeyRecovery, HETruth, KeyRecovery, _Files, _sealapi, recover
 from attacks.view import adversary_view, load_view, save_view
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import Federation, Transcript, flatten
@@ -141,3 +142,15 @@ def test_an_auditors_own_script_recovers_the_uploads_from_the_saved_view(tmp_pat
     found = recover(params.blobs[0], list(aggregate.blobs), revealed, uploads)
     for k in range(2):
         assert abs(found.uploads[k] - xs[k]["w"].numpy()).max() < 1e-6
+
+
+def test_an_upload_counts_as_recovered_only_within_1e_5_of_its_largest_value():
+    """The score's threshold: CKKS noise and the grid's rounding (under 1e-6 here) pass, a decryption
+    off by 1e-4 of the upload's scale does not; the baseline (the mean upload) never does."""
+    real = [np.linspace(-100, 100, 50), np.linspace(-0.5, 0.5, 50)]
+    got = [real[0] + 9e-4, real[1] + 2e-5]          # within 1e-5 × 100; over 1e-5 × 1
+    rec = KeyRecovery("ckks", np.zeros((1, 4), np.uint64), got, True)
+    truth = HETruth(None, [65537], real)
+    metrics, baseline = HEKeyRecovery().score(rec, truth, HEAux("model_update", 0, 2, 0))
+    assert [c["recovered"] for c in metrics["per_client"]] == [True, False]
+    assert metrics["uploads_recovered"] == 1 and baseline["uploads_recovered"] == 0
