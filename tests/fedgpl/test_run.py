@@ -89,10 +89,12 @@ def test_the_topology_shares_are_what_the_prompt_keeps(graph, clear):
     """GPF sends every sample graph whole; VPG (node_ratio 0.5, edge_ratio 0.9) keeps ceil(n_g / 2)
     nodes of each graph and 90 % of the edges among them, so under half the edges arrive."""
     gpf = fedgpl(graph, rounds=1, prompt="gpf")
+    whole = findings(gpf[0], gpf[2], "split-topology")
+    vpg = findings(clear[0], clear[2], "split-topology")
     for k in range(3):
-        whole = findings(gpf[0], gpf[2], "split-topology")[("split-topology", f"client{k}")].metrics
-        assert whole["row_share"] == 1.0 and whole["edge_share"] == 1.0
-        kept = findings(clear[0], clear[2], "split-topology")[("split-topology", f"client{k}")].metrics
+        sent = whole[("split-topology", f"client{k}")].metrics
+        assert sent["row_share"] == 1.0 and sent["edge_share"] == 1.0
+        kept = vpg[("split-topology", f"client{k}")].metrics
         assert 0.5 <= kept["row_share"] < 0.6
         assert 0 < kept["edge_share"] < 0.9 * kept["row_share"]
 
