@@ -59,7 +59,8 @@ def one_run(dataset: str, fed: str, prompt: str, seed: int, rounds: int, method_
             "best_round": m["best_round"], "rounds": rounds,
             **{f"MB_{k}": v / 1e6 for k, v in split.items()},
             "MB_prompt_update": record["cost"]["bytes_up"] / 1e6 / 9 / rounds - sum(split[k] for k in ("M1", "M3")) / 1e6,
-            "pretrain_s": m["pretrain"]["seconds"], "pretrain_cache": m["pretrain"]["cache"],
+            "pretrain_s": record["time"]["caches"]["pretrain"]["seconds"],
+            "pretrain_cache": record["time"]["caches"]["pretrain"]["cache"],
             "seconds": record["time"]["total_s"]}
 
 

@@ -27,7 +27,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         **({"data_regime": setup.extras["data_regime"]} if "data_regime" in setup.extras else {}),  # --evaluate
         **({"canaries": record_block(setup.extras["canaries"])} if "canaries" in setup.extras else {}),  # --canaries
         "cost": cost,
-        "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict()},
+        "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict(),
+                 **({"caches": setup.extras["caches"]} if "caches" in setup.extras else {})},  # hit/miss, provenance
         "privacy": {
             "protocol": config.get("protocol"),
             "server_view": server_view_summary(fed),

@@ -45,6 +45,7 @@ def test_the_record_reports_accuracy_per_task_and_bytes_per_split_message(clear)
     assert all(sizes[m] > 0 for m in ("M1", "M2", "M3", "M4"))
     assert sizes["M1"] > sizes["M3"]  # one row per node against one row per sample
     assert "edge_index and batch vector always in the clear" in record["privacy"]["trust"]["split"]
+    assert record["time"]["caches"]["pretrain"]["cache"] in ("hit", "miss") and "pretrain" not in metrics
 
 
 def test_the_best_round_is_chosen_on_validation(clear):

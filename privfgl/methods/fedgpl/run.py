@@ -217,7 +217,7 @@ def run_fedgpl(setup: Setup) -> None:
         trunk, info = pretrained_trunk(pool, p.dim, key,
                                        PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout),
                                        seed=m.seed, progress=m.progress)
-        setup.extras["fedgpl_pretrain"] = {k: v for k, v in info.items() if k != "losses"}
+        setup.extras["caches"] = {"pretrain": {k: v for k, v in info.items() if k != "losses"}}
     server = SplitServer(trunk, None if p.freeze_trunk else torch.optim.Adam(trunk.parameters(), lr=p.lr_trunk))
     setup.extras["fedgpl_trunk"] = trunk  # the server's own model: an attack on the server's side may declare it
     if p.freeze_trunk:
@@ -255,7 +255,7 @@ def run_fedgpl(setup: Setup) -> None:
             setup.tracker.evaluate(r, [predict(c, trunk, s, p.eval_dropout) for c, s in zip(clients, samples)])
     setup.extras["trust"] = {"split": SPLIT_TRUST}
     setup.extras["metrics"] = {"split_bytes_per_client_round": split_bytes(setup),
-                               "per_task": per_task_accuracy(setup, tasks), "pretrain": setup.extras["fedgpl_pretrain"],
+                               "per_task": per_task_accuracy(setup, tasks),
                                "tau_last": setup.extras.get("fedgpl_tau", [None])[-1]}
     if p.fed == "hidta":
         setup.extras["trust"]["hidta_tau"] = TAU_TRUST[p.tau_in]

@@ -100,10 +100,11 @@ def run_fedlog(setup: Setup) -> None:
         "note": "a class summed over one client is that client's synthetic head nodes and generator (class rate "
                 "included) in the clear, under every protocol; min_contributors >= 2 withholds such classes"
                 if single else "every shared class is a sum over at least two clients"}}
+    setup.extras["caches"] = {"generators": gen_info}
     setup.extras["metrics"] = {"fedlog": {
         "class_contributors": holders.tolist(),
         "withheld_classes": (~shared).nonzero().view(-1).tolist(),
         "single_contributor_classes": single,
         "min_contributors": p.min_contributors,
-        "generators": gen_info, "warmup_epochs_run": warmup,
+        "warmup_epochs_run": warmup,
         "gamma_mean": [round(float(c.gamma.mean()), 4) for c in clients]}}
