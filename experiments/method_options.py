@@ -5,9 +5,10 @@ For every method, a small base run (Cora, Louvain, 3 clients, 2 rounds; O-pFGL 1
 3 task clients; the DP methods with seeded noise, so that two runs can be compared) and one run per
 flag set to another value (`OTHER_VALUES`), with the refusal switched off. A flag "changes" the run
 when the record's metrics or costs differ from the base run's (the base runs twice first, so the
-caches are warm and the run is shown deterministic; their hit/miss sits under the record's `time`). Prints one table row per method and flag, and exits 1 where the run
-disagrees with the table (a flag the table says is ignored that changes the run, or the reverse).
-A method's own refusal of a value (e.g. O-pFGL's --model) counts as reading the flag.
+caches are warm and the run is shown deterministic; their hit/miss sits under the record's `time`).
+Prints one table row per method and flag, and exits 1 where the run disagrees with the table (a flag
+the table says is ignored that changes the run, or the reverse). A method's own refusal of a value
+(e.g. O-pFGL's --model) counts as reading the flag.
 
     PRIVFGL_DATA=... OMP_NUM_THREADS=1 python experiments/method_options.py [--methods fedavg,fedomd]
 

@@ -51,6 +51,7 @@ def one_run(dataset: str, fed: str, prompt: str, seed: int, rounds: int, method_
     m = record["metrics"]
     tasks, curve = m["per_task"], m["per_task"]["test_curve"]
     split = m["split_bytes_per_client_round"]
+    pretrain = record["time"]["caches"]["pretrain"]  # the GraphCL trunk's cache: hit or miss, seconds
     readable = ", ".join(f"{k}={v}" for k, v in sorted(method_params.items()))
     return {"dataset": dataset, "fed": fed, "prompt": prompt, "params": readable or "-", "seed": seed,
             "acc": 100 * tasks["acc"]["mean_over_tasks"], "f1": 100 * tasks["f1"]["mean_over_tasks"],
@@ -59,8 +60,7 @@ def one_run(dataset: str, fed: str, prompt: str, seed: int, rounds: int, method_
             "best_round": m["best_round"], "rounds": rounds,
             **{f"MB_{k}": v / 1e6 for k, v in split.items()},
             "MB_prompt_update": record["cost"]["bytes_up"] / 1e6 / 9 / rounds - sum(split[k] for k in ("M1", "M3")) / 1e6,
-            "pretrain_s": record["time"]["caches"]["pretrain"]["seconds"],
-            "pretrain_cache": record["time"]["caches"]["pretrain"]["cache"],
+            "pretrain_s": pretrain["seconds"], "pretrain_cache": pretrain["cache"],
             "seconds": record["time"]["total_s"]}
 
 
