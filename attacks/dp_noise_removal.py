@@ -59,8 +59,9 @@ Tensors = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class NoiseAux:
     """The public run config the attack needs: the --dp text (with its seed setting), the run seed,
-    method, protocol, clients and method params, and the message format: per release, the fields
-    and shapes each party noised (`noise_draws`). No client data."""
+    method, protocol, clients and method params, the message format: per release, the fields and
+    shapes each party noised (`noise_draws`), and the variance fraction each noised upload carries
+    (`noise_share`: 1, or distributed DP's 1/(K - c), in the record's dp.distributed). No client data."""
     target: str
     message: str | None
     round: int
@@ -71,6 +72,7 @@ class NoiseAux:
     num_clients: int
     method_params: dict
     noise_draws: tuple[tuple[Layout, ...], ...]
+    noise_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,11 @@ def release_order(messages: list[Message] | tuple[Message, ...], protected: tupl
     return sorted(first, key=lambda key: (key[0], first[key]))
 
 
-def regenerate(spec: DPSpec, num_clients: int, draws: tuple[tuple[Layout, ...], ...], release: int,
+def regenerate(spec: DPSpec, share: float, draws: tuple[tuple[Layout, ...], ...], release: int,
                seed: int) -> list[Tensors]:
     """The noise of release `release` as a `seed`ed source draws it: one dict per party that drew
-    (the K clients in local/distributed mode, the server in central mode)."""
+    (the K clients in local/distributed mode, each `share` of the variance; the server in central mode)."""
     source, mechanism = NoiseSource(seed), spec.build()
-    share = 1.0 / num_clients if spec.mode == "distributed" else 1.0
     noise: list[Tensors] = []
     for parties in draws[:release + 1]:
         noise = [{name: mechanism.noise(shape, source, share) for name, shape in party} for party in parties]
@@ -168,7 +169,7 @@ class DPNoiseRemoval(Attack):
         text = dp.spec.text if dp is not None else split.text if split is not None else None
         return NoiseAux(target, self.message, self.round, text,
                         setup.method.seed, knowledge.method, fed.protocol.name, len(setup.clients),
-                        dict(setup.method.params), draws)
+                        dict(setup.method.params), draws, dp.share if dp is not None else 1.0)
 
     def attack(self, view: AdversaryView, aux: NoiseAux) -> Denoised:
         if aux.dp_text is None and aux.method == "opfgl" and aux.method_params.get("dp_epsilon") is not None:
@@ -193,12 +194,12 @@ class DPNoiseRemoval(Attack):
             raise NoInput(f"release {release} of the view has no published message format")
         seed, seed_from = (aux.run_seed, "run seed (a guess: the spec draws from os)") if spec.secure \
             else (spec.seed, "the --dp spec's seed")
-        noise = regenerate(spec, aux.num_clients, aux.noise_draws, release, seed)
+        noise = regenerate(spec, aux.noise_share, aux.noise_draws, release, seed)
         mech = spec.build()
         std = mech.std if spec.mechanism == "gaussian" else math.sqrt(2) * mech.scale
         if aux.target == "aggregate":
             observed, noise = self._aggregate(view, aux, spec, message, round), _sum(noise)
-            std *= math.sqrt(aux.num_clients) if spec.mode == "local" else 1.0
+            std *= math.sqrt(aux.num_clients * aux.noise_share) if spec.mode != "central" else 1.0
         else:
             k = client_index(aux.target)
             if spec.mode != "local":
