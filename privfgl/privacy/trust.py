@@ -95,8 +95,9 @@ def trust_block(protocol, dp: dict | None, spec=None) -> dict:
         eps = d["epsilon_against"][f"server+{c} clients" if c else "server"]
         dp_trust["why"] = (f"distributed DP: each upload carries {d['share_variance_fraction']:.4g} of the noise "
                            f"variance (1/(K - {c})), so any {d['honest_shares']} honest clients' shares sum to the "
-                           f"full noise: ε = {eps:.4g} holds against the server with up to {c} colluding clients "
-                           "(each removes its own share), given that the secure protocol hides every upload")
+                           f"full noise: ε = {eps:.4g} holds against the server "
+                           + (f"with up to {c} colluding clients (each removes its own share)" if c else "alone")
+                           + ", given that the secure protocol hides every upload")
         dp_trust.update(colluders=c, colluders_tolerated_by_protocol=d["colluders_tolerated_by_protocol"],
                         epsilon_against=d["epsilon_against"])
         if "warning" in d:
