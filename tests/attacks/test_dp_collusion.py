@@ -19,11 +19,12 @@ from attack_cases import fedavg_config
 
 K = 6  # secagg: t = floor(2*6/3) + 1 = 5 of 6 holders, so 4 clients may collude with the server
 SPEC = "gaussian:sigma=1.0,clip=1.0,on=update,mode={mode}"
+SEED = ",seed=3"  # reproducible noise: each interval below is one fixed draw, not a 95 % coin
 
 
 def audit(graph, mode: str = "distributed", extra: str = "", attack: str = "dp-collusion", protocol: str = "secagg",
           clients: int = K):
-    cfg = fedavg_config(method="dp-fedavg", clients=clients, protocol=protocol, dp=SPEC.format(mode=mode) + extra)
+    cfg = fedavg_config(method="dp-fedavg", clients=clients, protocol=protocol, dp=SPEC.format(mode=mode) + SEED + extra)
     _, setup = run(cfg, data=graph)
     (found,) = run_attacks(setup, cfg, [parse_attack(attack)])
     return found, setup
