@@ -21,9 +21,9 @@ the baseline is the same error of the noised value itself (relative RMSE ≈ 1).
 
 DP O-pFGL (`--method-param dp_epsilon=...`, its own node-level release of the class statistics):
 the record holds the method params (with `dp_seed`) and the noise calibration; in distributed mode
-each client draws its 1/K share, client by client, blocks n, S1, S2 in order, and the attack
+each client draws its 1/(K − c) share, client by client, blocks n, S1, S2 in order, and the attack
 subtracts their sum from the revealed `class_stats:sum` ("aggregate" only; every value in units of
-its block's noise std, so noise_std is 1). Scored against the sum of the clients' clipped
+its block's calibrated noise std, so noise_std is √(K/(K − c))). Scored against the sum of the clients' clipped
 statistics (recomputed on the auditor's side). Central mode: the server draws the noise itself.
 FedGPL's split messages (`--dp ...,on=m1|m3|split,mode=local,seed=N`, noised by their sender,
 privfgl/privacy/split_dp.py): one seeded source draws the noise of every noised message in the
@@ -167,9 +167,20 @@ class DPNoiseRemoval(Attack):
         draws = tuple(dp.noise_draws) if dp is not None else ()
         split = setup.extras.get("split_dp_spec")  # FedGPL: the method noises its split messages
         text = dp.spec.text if dp is not None else split.text if split is not None else None
+        share = dp.share if dp is not None else self._opfgl_share(setup, knowledge)
         return NoiseAux(target, self.message, self.round, text,
                         setup.method.seed, knowledge.method, fed.protocol.name, len(setup.clients),
-                        dict(setup.method.params), draws, dp.share if dp is not None else 1.0)
+                        dict(setup.method.params), draws, share)
+
+    @staticmethod
+    def _opfgl_share(setup, knowledge: Knowledge) -> float:
+        """DP O-pFGL's distributed share, 1/(K - c), from its public params and protocol (else 1)."""
+        if knowledge.method != "opfgl" or setup.method.params.get("dp_epsilon") is None:
+            return 1.0
+        p, K = opfgl_params(dict(setup.method.params)), len(setup.clients)
+        if opfgl_dp.dp_mode(p, setup.federation.protocol.name) != "distributed":
+            return 1.0
+        return 1.0 / (K - opfgl_dp.colluders(p, setup.federation.protocol, K)[0])
 
     def attack(self, view: AdversaryView, aux: NoiseAux) -> Denoised:
         if aux.dp_text is None and aux.method == "opfgl" and aux.method_params.get("dp_epsilon") is not None:
@@ -255,7 +266,7 @@ class DPNoiseRemoval(Attack):
     def _opfgl(view: AdversaryView, aux: NoiseAux) -> Denoised:
         """DP O-pFGL's distributed release: the revealed class_stats sum minus the replayed client shares."""
         if aux.target != "aggregate":
-            raise NoInput("DP O-pFGL: a client's upload carries only its 1/K share of the noise (and hides in the "
+            raise NoInput("DP O-pFGL: a client's upload carries only its own share of the noise (and hides in the "
                           "secure sum); the attack targets the revealed aggregate")
         p = opfgl_params(aux.method_params)
         if opfgl_dp.dp_mode(p, aux.protocol) != "distributed":
@@ -268,10 +279,11 @@ class DPNoiseRemoval(Attack):
         mech, source = opfgl_dp.calibrate(p), NoiseSource(seed)
         observed = {b: found[0].tensors[b].double() for b in opfgl_dp.BLOCKS}
         shapes = {b: t.shape for b, t in observed.items()}
-        noise = _sum([mech.noise(shapes, source, 1.0 / aux.num_clients) for _ in range(aux.num_clients)])
+        noise = _sum([mech.noise(shapes, source, aux.noise_share) for _ in range(aux.num_clients)])
         std = mech.noise_std
         in_std = lambda d: {b: d[b] / std[b] for b in opfgl_dp.BLOCKS}
-        return Denoised(in_std(observed), in_std({b: observed[b] - noise[b] for b in observed}), 1.0, seed,
+        sum_std = math.sqrt(aux.num_clients * aux.noise_share)  # K shares, in units of the calibrated std
+        return Denoised(in_std(observed), in_std({b: observed[b] - noise[b] for b in observed}), sum_std, seed,
                         seed_from, 0)
 
     @staticmethod

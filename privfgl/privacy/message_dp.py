@@ -103,8 +103,8 @@ class MessageDP:
         # Auditor side only: release index -> every client's own noise draw (local/distributed), latest
         # release of each message: a colluder's aux holds its own entries, never another client's.
         self.audit_noise: dict[int, list[Tensors]] = {}
-        # Releases whose sum missed clients (dropout): under mode=distributed each missing client's 1/K
-        # share of the noise variance is missing too. Reported, never folded into epsilon.
+        # Releases whose sum missed clients (dropout): under mode=distributed each missing client's
+        # 1/(K - c) share of the noise variance is missing too. Reported, never folded into epsilon.
         self.short_releases: list[dict] = []
 
     def note_participation(self, round: int, name: str, survivors: int) -> None:

@@ -24,7 +24,8 @@ SEED = ",seed=3"  # reproducible noise: each interval below is one fixed draw, n
 
 def audit(graph, mode: str = "distributed", extra: str = "", attack: str = "dp-collusion", protocol: str = "secagg",
           clients: int = K):
-    cfg = fedavg_config(method="dp-fedavg", clients=clients, protocol=protocol, dp=SPEC.format(mode=mode) + SEED + extra)
+    cfg = fedavg_config(method="dp-fedavg", clients=clients, protocol=protocol,
+                        dp=SPEC.format(mode=mode) + SEED + extra)
     _, setup = run(cfg, data=graph)
     (found,) = run_attacks(setup, cfg, [parse_attack(attack)])
     return found, setup
