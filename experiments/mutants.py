@@ -603,6 +603,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'for k in colluders), dp.mechanism.std)',
      'for k in range(K)), dp.mechanism.std)',
      ['tests/attacks/test_dp_collusion.py']),
+    ('DC7', 'O-pFGL\'s distributed shares stay 1/K whatever the protocol tolerates', 'privfgl/methods/opfgl/dp.py',
+     'share = share_fraction(K, c)',
+     'share = 1.0 / K',
+     ['tests/attacks/test_dp_audits.py', '-k', 'opfgl']),
 ]
 
 
