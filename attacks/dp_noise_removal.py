@@ -21,9 +21,9 @@ the baseline is the same error of the noised value itself (relative RMSE ≈ 1).
 
 DP O-pFGL (`--method-param dp_epsilon=...`, its own node-level release of the class statistics):
 the record holds the method params (with `dp_seed`) and the noise calibration; in distributed mode
-each client draws its 1/K share, client by client, blocks n, S1, S2 in order, and the attack
+each client draws its 1/(K − c) share, client by client, blocks n, S1, S2 in order, and the attack
 subtracts their sum from the revealed `class_stats:sum` ("aggregate" only; every value in units of
-its block's noise std, so noise_std is 1). Scored against the sum of the clients' clipped
+its block's calibrated noise std, so noise_std is √(K/(K − c))). Scored against the sum of the clients' clipped
 statistics (recomputed on the auditor's side). Central mode: the server draws the noise itself.
 FedGPL's split messages (`--dp ...,on=m1|m3|split,mode=local,seed=N`, noised by their sender,
 privfgl/privacy/split_dp.py): one seeded source draws the noise of every noised message in the
@@ -59,8 +59,9 @@ Tensors = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class NoiseAux:
     """The public run config the attack needs: the --dp text (with its seed setting), the run seed,
-    method, protocol, clients and method params, and the message format: per release, the fields
-    and shapes each party noised (`noise_draws`). No client data."""
+    method, protocol, clients and method params, the message format: per release, the fields and
+    shapes each party noised (`noise_draws`), and the variance fraction each noised upload carries
+    (`noise_share`: 1, or distributed DP's 1/(K - c), in the record's dp.distributed). No client data."""
     target: str
     message: str | None
     round: int
@@ -71,6 +72,7 @@ class NoiseAux:
     num_clients: int
     method_params: dict
     noise_draws: tuple[tuple[Layout, ...], ...]
+    noise_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,11 @@ def release_order(messages: list[Message] | tuple[Message, ...], protected: tupl
     return sorted(first, key=lambda key: (key[0], first[key]))
 
 
-def regenerate(spec: DPSpec, num_clients: int, draws: tuple[tuple[Layout, ...], ...], release: int,
+def regenerate(spec: DPSpec, share: float, draws: tuple[tuple[Layout, ...], ...], release: int,
                seed: int) -> list[Tensors]:
     """The noise of release `release` as a `seed`ed source draws it: one dict per party that drew
-    (the K clients in local/distributed mode, the server in central mode)."""
+    (the K clients in local/distributed mode, each `share` of the variance; the server in central mode)."""
     source, mechanism = NoiseSource(seed), spec.build()
-    share = 1.0 / num_clients if spec.mode == "distributed" else 1.0
     noise: list[Tensors] = []
     for parties in draws[:release + 1]:
         noise = [{name: mechanism.noise(shape, source, share) for name, shape in party} for party in parties]
@@ -166,9 +167,20 @@ class DPNoiseRemoval(Attack):
         draws = tuple(dp.noise_draws) if dp is not None else ()
         split = setup.extras.get("split_dp_spec")  # FedGPL: the method noises its split messages
         text = dp.spec.text if dp is not None else split.text if split is not None else None
+        share = dp.share if dp is not None else self._opfgl_share(setup, knowledge)
         return NoiseAux(target, self.message, self.round, text,
                         setup.method.seed, knowledge.method, fed.protocol.name, len(setup.clients),
-                        dict(setup.method.params), draws)
+                        dict(setup.method.params), draws, share)
+
+    @staticmethod
+    def _opfgl_share(setup, knowledge: Knowledge) -> float:
+        """DP O-pFGL's distributed share, 1/(K - c), from its public params and protocol (else 1)."""
+        if knowledge.method != "opfgl" or setup.method.params.get("dp_epsilon") is None:
+            return 1.0
+        p, K = opfgl_params(dict(setup.method.params)), len(setup.clients)
+        if opfgl_dp.dp_mode(p, setup.federation.protocol.name) != "distributed":
+            return 1.0
+        return 1.0 / (K - opfgl_dp.colluders(p, setup.federation.protocol, K)[0])
 
     def attack(self, view: AdversaryView, aux: NoiseAux) -> Denoised:
         if aux.dp_text is None and aux.method == "opfgl" and aux.method_params.get("dp_epsilon") is not None:
@@ -193,12 +205,12 @@ class DPNoiseRemoval(Attack):
             raise NoInput(f"release {release} of the view has no published message format")
         seed, seed_from = (aux.run_seed, "run seed (a guess: the spec draws from os)") if spec.secure \
             else (spec.seed, "the --dp spec's seed")
-        noise = regenerate(spec, aux.num_clients, aux.noise_draws, release, seed)
+        noise = regenerate(spec, aux.noise_share, aux.noise_draws, release, seed)
         mech = spec.build()
         std = mech.std if spec.mechanism == "gaussian" else math.sqrt(2) * mech.scale
         if aux.target == "aggregate":
             observed, noise = self._aggregate(view, aux, spec, message, round), _sum(noise)
-            std *= math.sqrt(aux.num_clients) if spec.mode == "local" else 1.0
+            std *= math.sqrt(aux.num_clients * aux.noise_share) if spec.mode != "central" else 1.0
         else:
             k = client_index(aux.target)
             if spec.mode != "local":
@@ -254,7 +266,7 @@ class DPNoiseRemoval(Attack):
     def _opfgl(view: AdversaryView, aux: NoiseAux) -> Denoised:
         """DP O-pFGL's distributed release: the revealed class_stats sum minus the replayed client shares."""
         if aux.target != "aggregate":
-            raise NoInput("DP O-pFGL: a client's upload carries only its 1/K share of the noise (and hides in the "
+            raise NoInput("DP O-pFGL: a client's upload carries only its own share of the noise (and hides in the "
                           "secure sum); the attack targets the revealed aggregate")
         p = opfgl_params(aux.method_params)
         if opfgl_dp.dp_mode(p, aux.protocol) != "distributed":
@@ -267,10 +279,11 @@ class DPNoiseRemoval(Attack):
         mech, source = opfgl_dp.calibrate(p), NoiseSource(seed)
         observed = {b: found[0].tensors[b].double() for b in opfgl_dp.BLOCKS}
         shapes = {b: t.shape for b, t in observed.items()}
-        noise = _sum([mech.noise(shapes, source, 1.0 / aux.num_clients) for _ in range(aux.num_clients)])
+        noise = _sum([mech.noise(shapes, source, aux.noise_share) for _ in range(aux.num_clients)])
         std = mech.noise_std
         in_std = lambda d: {b: d[b] / std[b] for b in opfgl_dp.BLOCKS}
-        return Denoised(in_std(observed), in_std({b: observed[b] - noise[b] for b in observed}), 1.0, seed,
+        sum_std = math.sqrt(aux.num_clients * aux.noise_share)  # K shares, in units of the calibrated std
+        return Denoised(in_std(observed), in_std({b: observed[b] - noise[b] for b in observed}), sum_std, seed,
                         seed_from, 0)
 
     @staticmethod

@@ -29,6 +29,7 @@ from privfgl.methods.params import resolve_method_params
 from privfgl.methods.opfgl.params import PROTOCOL_DEFAULTS as OPFGL_PROTOCOL_DEFAULTS
 from privfgl.methods.fedomd.params import PROTOCOL_DEFAULTS as FEDOMD_PROTOCOL_DEFAULTS
 from privfgl.privacy import MessageDP, check_dp_for_run
+from privfgl.privacy.trust import tolerated_colluders
 from privfgl.privacy.spec import SPLIT_MESSAGES
 from privfgl.results import make_record
 from privfgl.training import ENGINES, OPTIMIZERS, ModelConfig
@@ -358,7 +359,8 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
     if dp_spec is not None and set(dp_spec.messages) <= set(SPLIT_MESSAGES):
         extras["split_dp_spec"], dp_spec = dp_spec, None  # noised by the method's own split steps
-    message_dp = MessageDP(dp_spec, cfg.clients) if dp_spec is not None else None
+    message_dp = MessageDP(dp_spec, cfg.clients, tolerated_colluders(protocol, cfg.clients)) \
+        if dp_spec is not None else None
     federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp,
                             absent=run_participation(cfg.absent, cfg.absent_rate, cfg.clients, cfg.seed))
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)

@@ -301,6 +301,20 @@ def test_dp_opfgl_reports_epsilon_and_reveals_only_the_noised_sum(sbm):
     assert central["privacy"]["dp"]["mode"] == "central" and central["privacy"]["epsilon"] == privacy["epsilon"]
 
 
+@pytest.mark.parametrize("colluders, share", [("auto", 1.0), ("0", 1 / 3)])
+def test_dp_opfgl_sizes_its_distributed_shares_against_the_protocols_colluders(sbm, colluders, share):
+    # ckks with 3 clients: the server may collude with clients 1 and 2 (not the key holder), so by
+    # default the one honest share must carry the whole variance (issue #40, finding 3)
+    record, _ = sbm_run(sbm, "ckks", **DP, dp_colluders=colluders)
+    d = record["privacy"]["dp"]["distributed"]
+    assert d["colluders_tolerated_by_protocol"] == 2 and d["share_variance_fraction"] == pytest.approx(share)
+    if colluders == "auto":  # the recorded ε holds against the server with both colluders
+        assert d["epsilon_against"]["server+2 clients"] == pytest.approx(record["privacy"]["epsilon"])
+    else:
+        assert d["warning"].startswith("UNSAFE") and d["epsilon_against"]["server"] == record["privacy"]["epsilon"]
+    assert record["privacy"]["trust"]["dp"]["colluders"] == (2 if colluders == "auto" else 0)
+
+
 def test_bad_dp_settings_are_refused_clearly(sbm):
     with pytest.raises(ValueError, match=r"dp_epsilon=-1.0; valid: a number > 0"):
         resolve_params({**DP, "dp_epsilon": -1})
@@ -312,6 +326,8 @@ def test_bad_dp_settings_are_refused_clearly(sbm):
         resolve_params({"dp_clip": 1.0})
     with pytest.raises(ValueError, match=r"dp_delta=1.0; valid: a number in \(0, 1\)"):
         resolve_params({**DP, "dp_delta": 1.0})
+    with pytest.raises(ValueError, match=r"dp_colluders='x'; valid: 'auto'"):
+        resolve_params({**DP, "dp_colluders": "x"})
     with pytest.raises(ValueError, match=r"dp_mode='local'; valid: auto, central, distributed"):
         resolve_params({**DP, "dp_mode": "local"})
     with pytest.raises(ValueError, match="dp_mode=distributed needs a secure protocol"):

@@ -22,8 +22,8 @@ at q = 1, and the record's `amplification` says why. The truth of who took part 
 Dropout (`--protocol secagg` with `dropout`, or the runtime's participation mask): the sum holds the
 deltas of the survivors S only, and the denominator is q·|S| (q·K without dropout): the unbiased mean
 over S, a function of who answered (public to the server), not of the data, so the release (the noised
-sum) and its accounting are unchanged. Under mode=distributed each dropped client's 1/K share of the
-noise variance is missing from the sum: ε as accounted does not hold for those rounds, and the record's
+sum) and its accounting are unchanged. Under mode=distributed each dropped client's 1/(K − c) share of
+the noise variance is missing from the sum: ε as accounted does not hold for those rounds, and the record's
 `dp.dropout` lists them (never folded into ε). Dropout is not a secret sample: the server knows who
 dropped, so it adds no amplification.
 

@@ -87,6 +87,12 @@ class PrivacyAccountant:
     def releases(self) -> int:
         return sum(self.gaussian.values()) + len(self.laplace)
 
+    def gaussian_epsilon_scaled(self, scale: float) -> float:
+        """ε at self.delta of the same Gaussian releases with every noise multiplier times `scale` (e.g.
+        the noise left once colluders remove their shares of it, privacy/shares.py)."""
+        steps = [(s * scale, q, n) for (s, q), n in self.gaussian.items()]
+        return gaussian_epsilon(steps, self.delta, self.accountant)
+
     def spent(self) -> dict:
         """{"epsilon", "delta", "accountant", ...}: Gaussian via opacus; Laplace as the smaller of
         basic (δ = 0) and advanced composition (at δ = self.delta)."""

@@ -59,8 +59,8 @@ class GaussianMechanism:
         return self.noise_multiplier * self.l2_sensitivity
 
     def noise(self, shape, source: NoiseSource, share: float = 1.0) -> torch.Tensor:
-        """Noise of `shape` carrying `share` of the variance (1/K per client in distributed DP: the
-        sum of K independent shares is N(0, (σΔ2)²))."""
+        """Noise of `shape` carrying `share` of the variance (1/(K - c) per client in distributed DP:
+        any K - c independent shares sum to N(0, (σΔ2)²), privacy/shares.py)."""
         if not 0 < share <= 1:
             raise ValueError(f"noise share must be in (0, 1], got {share}")
         return source.gaussian(shape, self.std * share ** 0.5)

@@ -4,6 +4,7 @@ Grammar (no spaces; keys in any order):
 
     MECHANISM:key=value,key=value,...
     gaussian:sigma=S,clip=C,on=MESSAGE,mode=local|central|distributed[,delta=D][,accountant=rdp|prv][,seed=os|N]
+             [,colluders=auto|N]   (mode=distributed only)
     laplace:epsilon=E,clip=C,on=MESSAGE,mode=local|central[,delta=D][,seed=os|N]
 
 `clip` bounds each client's whole message (all its fields as one vector): L2 for gaussian, L1 for
@@ -14,6 +15,10 @@ default: OS entropy, privfgl.privacy.noise) or an integer N for reproducible noi
 removable by anyone who knows N, and N is in the run record (attacks/dp_noise_removal.py): ε then
 holds only against an adversary who does not know the seed, which the record's `seed_warning` says.
 `delta` is the δ at which ε is reported (default 1e-5; for laplace, the δ' of advanced composition).
+`colluders` (mode=distributed): how many clients may collude with the server and subtract their own
+noise shares; each client's share is sized so that the other K − N shares still sum to the full
+N(0, (σ·clip)²) (message_dp.py). `auto` (the default): the coalition the run's protocol tolerates
+(privacy/trust.py: tolerated_colluders); `0`: the 1/K shares, which hold against the server alone.
 
 Pre-weighted sums ({n·W, n}, {p·s, p}): the clip scales a client's whole message by one factor
 c = min(1, clip/‖message‖), so its ratio W = (c·n·W)/(c·n) is kept exactly while its weight in the
@@ -59,8 +64,9 @@ MESSAGE_ALIASES = {"update": ("model_update",), "stats": ("class_stats", "class_
 DENOMINATORS = {"encoder_update": ("n",), "proxy_update": ("weight",), "hidden_sums": ("n",),
                 "moment_sums": ("n",), "model_update": ("n",)}
 MECHANISMS = ("gaussian", "laplace")
+AUTO = "auto"  # colluders=auto: the coalition the run's protocol tolerates
 MODES = {"gaussian": ("local", "central", "distributed"), "laplace": ("local", "central")}
-_KEYS = {"gaussian": {"sigma", "clip", "on", "mode", "delta", "accountant", "seed"},
+_KEYS = {"gaussian": {"sigma", "clip", "on", "mode", "delta", "accountant", "seed", "colluders"},
          "laplace": {"epsilon", "clip", "on", "mode", "delta", "seed"}}
 _REQUIRED = {"gaussian": ("sigma", "clip", "on", "mode"), "laplace": ("epsilon", "clip", "on", "mode")}
 
@@ -73,7 +79,9 @@ class DPSpecError(ConfigError):
 class DPSpec:
     """A parsed --dp spec. `messages`: the resolved message names; `secure`: noise from OS entropy
     (`seed` None), else from the explicit `seed`;
-    `unprotected`: set by check_dp_for_run (ε covers the protected messages only)."""
+    `unprotected`: set by check_dp_for_run (ε covers the protected messages only); `colluders`: the
+    clients that may collude with the server in mode=distributed (None: the protocol's tolerated
+    coalition)."""
     text: str
     mechanism: str
     messages: tuple[str, ...]
@@ -85,6 +93,7 @@ class DPSpec:
     accountant: str = "rdp"
     seed: int | None = None
     secure: bool = False
+    colluders: int | None = None
     unprotected: tuple[str, ...] = ()  # messages the run's method sends that this spec leaves without DP
 
     def build(self) -> GaussianMechanism | LaplaceMechanism:
@@ -156,10 +165,18 @@ def parse_dp_spec(text: str) -> DPSpec:
         seed = None if secure else int(seed_text)
     except ValueError:
         raise DPSpecError(f"--dp {text!r}: seed must be an integer or 'os' (the default), got {seed_text!r}") from None
+    colluders_text = values.get("colluders", AUTO).lower()
+    if colluders_text != AUTO and mode != "distributed":
+        raise DPSpecError(f"--dp {text!r}: colluders applies to mode=distributed only (the size of each client's "
+                          f"noise share), not to mode={mode}")
+    if colluders_text != AUTO and not colluders_text.isdigit():
+        raise DPSpecError(f"--dp {text!r}: colluders must be 'auto' (the protocol's tolerated coalition) or an "
+                          f"integer >= 0, got {colluders_text!r}")
     return DPSpec(text=text, mechanism=mech, messages=messages, mode=mode, clip=_number("clip", values["clip"], text),
                   sigma=_number("sigma", values["sigma"], text) if mech == "gaussian" else None,
                   epsilon=_number("epsilon", values["epsilon"], text) if mech == "laplace" else None,
-                  delta=delta, accountant=accountant, seed=seed, secure=secure)
+                  delta=delta, accountant=accountant, seed=seed, secure=secure,
+                  colluders=None if colluders_text == AUTO else int(colluders_text))
 
 
 def valid_targets(method: str) -> tuple[str, ...]:

@@ -65,7 +65,7 @@ class ClassStatsRelease:
         return {k: mech.std * s for k, s in self.sensitivities.items()}
 
     def noise(self, shapes: dict[str, torch.Size], source: NoiseSource, share: float = 1.0) -> dict[str, torch.Tensor]:
-        """Noise per block; `share` = 1/K for one client's part of distributed noise."""
+        """Noise per block; `share` = 1/(K - c) for one client's part of distributed noise (privacy/shares.py)."""
         mech = GaussianMechanism(self.sigma, math.sqrt(len(BLOCKS)))
         return {k: mech.noise(shapes[k], source, share) * s for k, s in self.sensitivities.items()}
 
@@ -82,7 +82,7 @@ class ClassStatsRelease:
 class StatsReleaseReport:
     """The run record's privacy fields for one accounted release of class statistics.
     mode: "central" (noise added once to the revealed sum) or "distributed" (each of the K clients
-    adds a 1/K share of the variance before the secure sum); unit: the protected unit, in words;
+    adds a 1/(K - c) share of the variance before the secure sum); unit: the protected unit, in words;
     details: method-specific facts (degree bound, which nodes were summed, ...); source: where the
     noise came from (recorded as noise_source, seed and, when seeded, seed_warning)."""
     release: ClassStatsRelease

@@ -46,6 +46,25 @@ SYMMETRIC_KEY_NOTE = ("under a symmetric-key preset every client holds the secre
                       "collude with any client")
 
 
+def tolerated_colluders(protocol, num_clients: int) -> int:
+    """The most clients that may collude with the server while the protocol still reveals only the sum
+    (and the colluders' own inputs), by its non-collusion set above: secagg t − 1 (t its Shamir
+    threshold over m share holders per client; no coalition of t − 1 holds t shares of any client's
+    seed, whatever the graph); crypten K − 1 (any coalition that lacks one of the K + 1 share holders);
+    ckks/bfv K − 1 (every client but the key holder, client0), 0 under a symmetric-key preset (every
+    client holds the key); plain 0 (the server sees every upload anyway). Distributed DP sizes its noise
+    shares against this coalition (message_dp.py)."""
+    name = protocol.name
+    if name == "secagg":
+        return protocol.setup(num_clients)[2] - 1
+    if name in ("ckks", "bfv"):
+        preset = getattr(protocol, "preset", None)
+        return 0 if preset is not None and preset.symmetric else num_clients - 1
+    if name == "crypten":
+        return num_clients - 1
+    return 0
+
+
 def trust_block(protocol, dp: dict | None, spec=None) -> dict:
     """`privacy.trust` for a run under `protocol` (the built backend) with DP report `dp` (the
     record's privacy.dp, or None) and the message-DP spec `spec` (or None)."""
@@ -70,9 +89,23 @@ def trust_block(protocol, dp: dict | None, spec=None) -> dict:
         dp_trust["why"] = ("central DP: the server sees the exact sum before it adds the noise; ε protects what it "
                            "releases, not what it sees" + (" — and under plain it sees every raw upload"
                                                            if name == "plain" else ""))
+    elif mode == "distributed" and "distributed" in dp:  # message DP: shares sized against colluders
+        d = dp["distributed"]
+        c = d["colluders"]
+        eps = d["epsilon_against"][f"server+{c} clients" if c else "server"]
+        dp_trust["why"] = (f"distributed DP: each upload carries {d['share_variance_fraction']:.4g} of the noise "
+                           f"variance (1/(K - {c})), so any {d['honest_shares']} honest clients' shares sum to the "
+                           f"full noise: ε = {eps:.4g} holds against the server "
+                           + (f"with up to {c} colluding clients (each removes its own share)" if c else "alone")
+                           + ", given that the secure protocol hides every upload")
+        dp_trust.update(colluders=c, colluders_tolerated_by_protocol=d["colluders_tolerated_by_protocol"],
+                        epsilon_against=d["epsilon_against"])
+        if "warning" in d:
+            dp_trust["colluders_warning"] = d["warning"]
     elif mode == "distributed":
         dp_trust["why"] = "distributed DP: each upload carries 1/K of the noise; ε against the server needs the " \
-                          "secure protocol to hide every upload"
+                          "secure protocol to hide every upload, and holds against the server alone (a client " \
+                          "that colludes with it removes its own share)"
     elif mode == "local":
         dp_trust["why"] = "local DP: every upload is noised before it leaves the client"
     elif dp.get("method") == "dp-sgd":

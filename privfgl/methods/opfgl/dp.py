@@ -19,9 +19,12 @@ What changes against the non-private upload, and why:
 - The counts are noised, so they travel as floats with S1/S2 in one message ("class_stats"
   {n, S1, S2}) through the run's float protocol; pooled_statistics rounds N to an integer ≥ 0
   after the reveal (post-processing). There is no separate integer "class_counts" message.
-Noise, by `dp_mode`: "distributed" — each client adds a 1/K share of the variance before the
-secure sum (needs ckks, bfv or crypten); "central" — the server noises the revealed sum once
-(it is trusted with the exact sum); "auto" — distributed under a secure protocol, else central.
+Noise, by `dp_mode`: "distributed" — each client adds a share of the variance before the secure
+sum (needs ckks, bfv, crypten or secagg), 1/(K − c) of it so that any K − c honest shares carry all
+of it against the server with c colluding clients (`dp_colluders`, default the protocol's tolerated
+coalition; privacy/shares.py), at the cost of K/(K − c) × the variance on the sum; "central" — the
+server noises the revealed sum once (it is trusted with the exact sum); "auto" — distributed under a
+secure protocol, else central.
 The noise comes from OS entropy unless `dp_seed=N` asks for reproducible noise, which anyone who
 reads the run record can regenerate and subtract (the record's `seed_warning` says so). The run
 seed only seeds the degree bounding (recorded as `degree_bound_seed`).
@@ -33,9 +36,12 @@ from torch_geometric.data import Data
 
 from privfgl.methods.opfgl.params import OPFGLParams
 from privfgl.methods.opfgl.stats import propagate_features
+from privfgl.privacy.accounting import gaussian_epsilon
 from privfgl.privacy.dpsgd import bound_degree, influence_count
 from privfgl.privacy.noise import OS, NoiseSource
+from privfgl.privacy.shares import distributed_report, share_fraction, sized_colluders
 from privfgl.privacy.stats import BLOCKS, ClassStatsRelease, StatsReleaseReport, class_sums
+from privfgl.privacy.trust import tolerated_colluders
 
 UNIT = "node (features, label and incident edges) of the degree-bounded client graph, add/remove"
 
@@ -66,6 +72,13 @@ def client_sums(data: Data, num_classes: int, p: OPFGLParams, seed: int) -> dict
     return class_sums(xp[train], data.y[train], num_classes, p.dp_clip)
 
 
+def colluders(p: OPFGLParams, protocol, num_clients: int) -> tuple[int, int]:
+    """(c, tolerated): the colluders the distributed shares are sized for, and the protocol's bound."""
+    tolerated = tolerated_colluders(protocol, num_clients)
+    requested = None if p.dp_colluders == "auto" else int(p.dp_colluders)
+    return sized_colluders(requested, tolerated, num_clients), tolerated
+
+
 def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: int, reveal_to: str = "server"
             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], StatsReleaseReport]:
     """Clip, noise and securely sum every client's statistics once. Returns the counts and sums in
@@ -74,8 +87,13 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
     mech = calibrate(p)
     source = NoiseSource.from_setting(p.dp_seed if p.dp_seed == OS else int(p.dp_seed))
     uploads = [client_sums(c, num_classes, p, seed) for c in clients]
+    K = len(clients)
+    extra = {}
     if mode == "distributed":
-        share = 1.0 / len(clients)
+        c, tolerated = colluders(p, fed.protocol, K)
+        share = share_fraction(K, c)
+        extra["distributed"] = distributed_report(
+            K, c, tolerated, lambda m: gaussian_epsilon([(mech.sigma * m, 1.0, 1)], p.dp_delta))
         noised = []
         for u in uploads:
             noise = mech.noise({b: u[b].shape for b in BLOCKS}, source, share)
@@ -86,8 +104,8 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
     if mode == "distributed" and len(survivors) < len(clients):
         missing = sorted(set(range(len(clients))) - set(survivors))
         raise ValueError(f"opfgl: {', '.join(f'client{k}' for k in missing)} dropped out of the distributed-noise DP "
-                         f"release: the sum carries only {len(survivors)}/{len(clients)} of the calibrated noise "
-                         "variance (each client adds a 1/K share), so the reported epsilon would not hold; use "
+                         f"release: the sum carries only {len(survivors)}/(K - c) of the calibrated noise "
+                         "variance (each client adds a 1/(K - c) share), so the reported epsilon would not hold; use "
                          "dp_mode=central or run without dropout")
     if mode == "central":
         total = mech.release(total, source)
@@ -96,6 +114,6 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
     details = {"degree_bound": p.dp_degree if p.hops else None, "hops": p.hops, "degree_bound_seed": seed,
                "members": "labelled nodes only (HRE pseudo-labels are outside the bound)",
                "min_count": "not applied (every client sends every class; m_c = K, the survivors under dropout)",
-               "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal"}
+               "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal", **extra}
     return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
                                                                               UNIT, details, source)

@@ -78,6 +78,8 @@ class OPFGLParams:
     dp_mode: str = "auto"              # see DP_MODES
     dp_seed: str = "os"                # noise source: "os" (OS entropy) or an integer seed (reproducible, removable
                                        # by anyone who knows it: the record carries seed_warning)
+    dp_colluders: str = "auto"         # dp_mode=distributed: clients that may collude with the server; each noise
+                                       # share is sized 1/(K - c) (privacy/shares.py); auto: the protocol's bound
 
 
 PRESETS: dict[str, dict] = {
@@ -129,6 +131,8 @@ def _check(p: OPFGLParams) -> None:
     need(0 < p.dp_delta < 1, "dp_delta", "a number in (0, 1)")
     need(p.dp_seed == "os" or p.dp_seed.lstrip("-").isdigit(), "dp_seed",
          "'os' (OS entropy, the default) or an integer seed")
+    need(p.dp_colluders == "auto" or p.dp_colluders.isdigit(), "dp_colluders",
+         "'auto' (the protocol's tolerated coalition, the default) or an integer >= 0")
     if p.dp_epsilon is None:
         for key in ("dp_clip", "dp_degree"):
             need(getattr(p, key) is None, key, "unset unless dp_epsilon is set")
