@@ -7,6 +7,7 @@ import time
 import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
+from attacks.crypten_seed_search import CryptenSeedSearch
 from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.edge_recovery import EdgeRecovery
 from attacks.gradient_inversion import GradientInversion
@@ -32,7 +33,8 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "split-features": SplitFeatures, "split-labels": SplitLabels,
                                     "split-topology": SplitTopology, "split-decoder": SplitDecoder,
                                     "membership": Membership, "link-stealing": LinkStealing,
-                                    "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery}
+                                    "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
+                                    "crypten-seed-search": CryptenSeedSearch}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -143,7 +145,8 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "split-decoder": ("sample_cosine", "sample_reid_auc", "cosine", "reid_top1", "reid_auc", "public_cosine"),
              "membership": ("auc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.1", "epsilon_lb", "accountant_epsilon", "dp_covers"),
              "link-stealing": ("auc", "ap"), "edge-recovery": ("auc", "ap", "dm_auc", "exact_precision"),
-             "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error")}
+             "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error"),
+             "crypten-seed-search": ("seed_found", "candidates", "recovered_fraction", "max_abs_error")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

@@ -62,6 +62,7 @@ from protocols.base import (
 )
 from protocols.keystream import ChaChaStream
 
+DEALER = "dealer"  # the party that deals the Beaver triples under dealer="party"
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
@@ -142,17 +143,26 @@ def check_rng(rng: str, unsafe_seed_window: int | None) -> None:
         raise ProtocolError(f"unsafe_seed_window: expected an int in 1..2^32, got {unsafe_seed_window!r}")
 
 
+def check_dealer(dealer: str) -> None:
+    """ProtocolError unless dealer is "party" or "client0"."""
+    if dealer not in crypten_compat.DEALERS:
+        raise ProtocolError(f"dealer: expected one of {', '.join(crypten_compat.DEALERS)}, got {dealer!r}")
+
+
 def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precision_bits: int = 16,
                    config: dict | None = None, timeout_s: float = 120.0, rng: str = "chacha20",
-                   unsafe_seed_window: int | None = None) -> ComputeResult:
+                   unsafe_seed_window: int | None = None, dealer: str = "party") -> ComputeResult:
     """Secret-share K flat float tensors (client k holds values[k]), sum them, apply ``function``
     (shared sum -> {output name: shared tensor}, written with CrypTen's MPCTensor operations; run
     by every party) and open each output to ``reveal_to[name]`` only ("server", "clients", or a
     list of client indices). ``config``: CrypTen config overrides (iteration counts). ``rng``:
     "chacha20" (every CrypTen draw from a 256-bit ChaCha20 stream) or "torch-32bit-unsafe"
     (CrypTen's own 32-bit-seeded generators, the dealer's seed below ``unsafe_seed_window`` if
-    given): the seed-search audit's negative control."""
+    given): the seed-search audit's negative control. ``dealer``: "party" (a dealer that is none of
+    the clients and not the server deals the Beaver triples: CrypTen's TTP provider) or "client0"
+    (CrypTen's TFP: client 0 deals them and can open every multiplied value)."""
     check_rng(rng, unsafe_seed_window)
+    check_dealer(dealer)
     num_clients = len(values)
     if num_clients < 1:
         raise ProtocolError("compute: expected at least one client")
@@ -180,10 +190,10 @@ def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precis
                     opened[name] = value
         return opened
 
-    ranks = [client(k) for k in range(num_clients)] + [SERVER]
+    ranks = [client(k) for k in range(num_clients)] + [SERVER, DEALER]
     try:
         results, log, times = crypten_compat.run_parties(num_clients + 1, program, precision_bits, config, timeout_s,
-                                                         rng, unsafe_seed_window)
+                                                         rng, unsafe_seed_window, dealer)
     except crypten_compat.PartyError as e:
         raise PartyFailure(f"crypten compute: {e}") from e
     grouped: dict[tuple[str, int, int], list[bytes]] = {}
@@ -203,23 +213,24 @@ def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precis
         num_clients=num_clients,
         phases=phases,
         details={"messages": len(log), "precision_bits": precision_bits, "crypten_config": dict(config or {}),
-                 "rng": rng},
+                 "rng": rng, "dealer": dealer},
     )
 
 
 class CryptenProtocol(Protocol):
     """In-process additive secret sharing (see module docstring). precision_bits: fractional bits;
     seed: None (default) draws shares from os.urandom; an int makes them reproducible (tests).
-    rng, unsafe_seed_window: the randomness of ``compute`` (see ``secure_compute``); the sums never
-    use CrypTen's generators."""
+    rng, unsafe_seed_window, dealer: the randomness of ``compute`` and who deals its Beaver triples
+    (see ``secure_compute``); the sums never use CrypTen's generators."""
 
     name = "crypten"
 
     def __init__(self, precision_bits: int = 16, seed: int | None = None, rng: str = "chacha20",
-                 unsafe_seed_window: int | None = None):
+                 unsafe_seed_window: int | None = None, dealer: str = "party"):
         self.precision_bits = check_precision_bits(precision_bits)
         check_rng(rng, unsafe_seed_window)
-        self.rng, self.unsafe_seed_window = rng, unsafe_seed_window
+        check_dealer(dealer)
+        self.rng, self.unsafe_seed_window, self.dealer = rng, unsafe_seed_window, dealer
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ProtocolError(f"seed: expected an int or None, got {seed!r}")
         self._rng = None if seed is None else np.random.Generator(np.random.PCG64(seed))
@@ -228,7 +239,7 @@ class CryptenProtocol(Protocol):
                 ) -> ComputeResult:
         """``secure_compute`` at this protocol's precision (see the module docstring)."""
         return secure_compute(values, function, reveal_to, self.precision_bits, config, rng=self.rng,
-                              unsafe_seed_window=self.unsafe_seed_window)
+                              unsafe_seed_window=self.unsafe_seed_window, dealer=self.dealer)
 
     def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         num_clients = len(values)
