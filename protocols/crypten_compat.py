@@ -181,6 +181,17 @@ def torch_rng_bindings() -> list[str]:
             for name in _RNG_FUNCTIONS if getattr(module, name, None) is _RNG_ORIGINALS[name]]
 
 
+def party_generator_keys() -> dict[str, bytes]:
+    """This party's generator keys (call inside a run_parties program; for tests): "prev", "next",
+    "local", "global" and, under dealer="party", "dealer" (the stream it shares with the dealer)."""
+    generators = load_crypten().generators
+    keys = {name: generators[name][_CPU].key for name in _GENERATOR_KEYS}
+    client = getattr(_DealerClient._threads, "client", None)
+    if client is not None:
+        keys["dealer"] = client.stream.key
+    return keys
+
+
 def _setup_unsafe_prng(window: int | None) -> None:
     """CrypTen's own ``_setup_prng`` (torch generators, 32 effective seed bits); with ``window`` the
     dealer's (rank 0's) "local" seed is drawn below window instead, so an audit can find it fast."""
