@@ -28,12 +28,14 @@ return bitwise-equal totals for equal inputs.
 thread each (``crypten_compat.run_parties``). Every client shares its input with CrypTen's PRZS
 (pseudo-random zero sharing from pairwise seeds: no input message), the parties sum the shares,
 run a given function on them (Beaver products, comparisons, CrypTen's Newton-Raphson sqrt and
-reciprocal) and open each output to the parties named for it only. CrypTen's default tuple
-provider (TFP) makes rank 0, client 0, the dealer of the Beaver triples: client 0 can open every
-value that is multiplied, so only functions of values client 0 may learn belong there, and the
-server must not collude with client 0. Every CrypTen message is a Transfer (one per sender,
-receiver and step, the payloads as blobs); an opening (all_reduce) is booked as every party
-sending its share to every other party.
+reciprocal) and open each output to the parties named for it only. The Beaver triples come from
+a dealer that is neither a client nor the server (``dealer="party"``, CrypTen's TTP provider run
+by a dealer thread: the server must not collude with it); ``dealer="client0"`` keeps CrypTen's TFP,
+where client 0 deals and can open every multiplied value. Every CrypTen draw comes from a 256-bit
+ChaCha20 stream (``crypten_compat`` section 6; ``rng="torch-32bit-unsafe"``: CrypTen's own 32-bit
+generators, the seed-search audit's negative control). Every CrypTen message is a Transfer (one per
+sender, receiver and step, the payloads as blobs; the dealer's as "dealer"); an opening
+(all_reduce) is booked as every party sending its share to every other party.
 """
 
 from __future__ import annotations
