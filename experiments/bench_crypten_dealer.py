@@ -14,6 +14,7 @@ and the run's test accuracy.
 
     python experiments/bench_crypten_dealer.py                       # K 3 and 10, n 1000; FedGPL on Cora
     python experiments/bench_crypten_dealer.py --no-fedgpl --sizes 100 10000
+    python experiments/bench_crypten_dealer.py --reverse             # the same, settings in reverse order
 """
 from __future__ import annotations
 
@@ -81,19 +82,21 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[3, 10])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reverse", action="store_true", help="run the settings in the reverse order")
     ap.add_argument("--no-fedgpl", action="store_true")
     ap.add_argument("--fedgpl-dataset", default="cora")
     ap.add_argument("--fedgpl-clients", type=int, default=9)
     ap.add_argument("--fedgpl-rounds", type=int, default=3)
     args = ap.parse_args()
+    settings = SETTINGS[::-1] if args.reverse else SETTINGS
     rows = [compute_row(k, n, rng, dealer, args.repeat) for k in args.clients for n in args.sizes
-            for rng, dealer in SETTINGS]
+            for rng, dealer in settings]
     print(table(rows, [("K", "K"), ("n", "n"), ("rng", "rng"), ("dealer", "dealer"), ("seconds", "seconds"),
                        ("MB, all links", "MB"), ("MB to/from dealer", "dealer_MB"), ("max err s·s", "error")]))
     if args.no_fedgpl:
         return
     fed = [fedgpl_row(rng, dealer, args.fedgpl_dataset, args.fedgpl_clients, args.fedgpl_rounds)
-           for rng, dealer in SETTINGS]
+           for rng, dealer in settings]
     print(f"\nFedGPL tau_in=crypten, {args.fedgpl_dataset}, {args.fedgpl_clients} clients, "
           f"{args.fedgpl_rounds} rounds, seed 0")
     print(table(fed, [("rng", "rng"), ("dealer", "dealer"), ("τ s/round", "tau_s_per_round"),
