@@ -12,6 +12,7 @@ import torch
 
 from attacks.audit import parse_attack, run_attacks
 from attacks.crypten_seed_search import first_opening, search, server_view
+from attacks.view import load_view, save_view
 from privfgl.cli import main
 from privfgl.data import contextual_sbm
 from privfgl.experiment import RunConfig, run
@@ -33,6 +34,16 @@ def test_the_server_reads_the_clients_sum_under_crypten_s_own_generators():
     assert found.seed is not None and found.seed < WINDOW
     x, y = found.values[:6], found.values[6:]  # ε + a and δ + b: both factors of s * s
     assert np.abs(x - s).max() <= K * 2.0**-17 and np.abs(y - s).max() <= K * 2.0**-17
+
+
+def test_an_auditor_finds_the_seed_in_a_saved_view(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    values = [torch.randn(4, generator=gen, dtype=torch.float64) for _ in range(K)]
+    result = secure_compute(values, lambda s: {"sq": s * s}, {"sq": "clients"}, rng="torch-32bit-unsafe",
+                            unsafe_seed_window=WINDOW, dealer="client0")
+    save_view(server_view(result, "sq"), tmp_path)
+    found = search(*first_opening(load_view(tmp_path), "sq", 0, K), WINDOW, 16, 2**20)
+    assert found.seed is not None and np.abs(found.values[:4] - sum(values).numpy()).max() <= K * 2.0**-17
 
 
 @pytest.mark.parametrize("protocol", [{}, {"dealer": "client0"}, {"rng": "torch-32bit-unsafe", "dealer": "party"}],

@@ -173,3 +173,11 @@ def test_client0_reads_the_multiplied_value_only_when_it_deals(dealer):
         assert len(read) == 1 and np.abs(read[0] - s).max() < 1e-4  # ε + a: client 0's own mask a
     else:
         assert read == []  # its local stream and its share of the dealer's masks remove nothing
+
+
+@pytest.mark.parametrize("bitlength", [1, 12, 63])
+def test_k_bit_draws_fill_exactly_k_bits(bitlength):
+    draws = ChaChaStream.fresh().bits((1 << 12,), bitlength).numpy()
+    assert draws.min() >= 0 and draws.max() < 2**bitlength
+    top = (draws >> (bitlength - 1)) & 1  # the highest of the k bits: set half the time
+    assert abs(top.mean() - 0.5) < 5 * 0.5 / np.sqrt(draws.size)
