@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 
 from protocols import crypten_compat as cc
-from protocols import get_protocol
+from protocols import ProtocolError, get_protocol
 from protocols.crypten_backend import DEALER, secure_compute
 from protocols.keystream import ChaChaStream
 
@@ -181,3 +181,15 @@ def test_k_bit_draws_fill_exactly_k_bits(bitlength):
     assert draws.min() >= 0 and draws.max() < 2**bitlength
     top = (draws >> (bitlength - 1)) & 1  # the highest of the k bits: set half the time
     assert abs(top.mean() - 0.5) < 5 * 0.5 / np.sqrt(draws.size)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"rng": "bogus"}, "rng: expected one of chacha20, torch-32bit-unsafe, got 'bogus'"),
+    ({"unsafe_seed_window": 5}, "unsafe_seed_window: only with rng=torch-32bit-unsafe"),
+    ({"rng": "torch-32bit-unsafe", "unsafe_seed_window": 0}, "unsafe_seed_window: expected an int in 1..2^32"),
+    ({"dealer": "server"}, "dealer: expected one of party, client0, got 'server'"),
+])
+def test_bad_rng_or_dealer_settings_are_refused_in_one_line(params, message):
+    with pytest.raises(ProtocolError) as error:
+        get_protocol("crypten", **params)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
