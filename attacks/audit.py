@@ -8,6 +8,7 @@ import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
 from attacks.dp_collusion import DPCollusion
+from attacks.crypten_seed_search import CryptenSeedSearch
 from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.edge_recovery import EdgeRecovery
 from attacks.gradient_inversion import GradientInversion
@@ -34,7 +35,8 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "split-topology": SplitTopology, "split-decoder": SplitDecoder,
                                     "membership": Membership, "link-stealing": LinkStealing,
                                     "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
-                                    "dp-collusion": DPCollusion}
+                                    "dp-collusion": DPCollusion,
+                                    "crypten-seed-search": CryptenSeedSearch}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -146,7 +148,8 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "membership": ("auc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.1", "epsilon_lb", "accountant_epsilon", "dp_covers"),
              "link-stealing": ("auc", "ap"), "edge-recovery": ("auc", "ap", "dm_auc", "exact_precision"),
              "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error"),
-             "dp-collusion": ("remaining_ratio", "noise_removed")}
+             "dp-collusion": ("remaining_ratio", "noise_removed"),
+             "crypten-seed-search": ("seed_found", "candidates", "recovered_fraction", "max_abs_error")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

@@ -116,9 +116,9 @@ class ComputeResult:
     opened_to:   output name -> the parties that opened it (no other party learns it).
     transfers:   every message, one Transfer per (sender, receiver, step), in the order of each
                  pair's first message; ``blobs`` holds that pair's message payloads in order.
-                 Steps: "setup" (the parties' PRZS seeds), "input" (sharing the inputs),
+                 Steps: "setup" (the parties' PRZS and dealer keys), "input" (sharing the inputs),
                  "compute" (e.g. Beaver openings, comparisons), "reveal" (opening the outputs).
-    num_clients: K (the parties are the K clients and the server).
+    num_clients: K (the parties are the K clients and the server; under dealer="party" also the dealer).
     phases:      wall seconds per step ("setup", "protect" = sharing the inputs, "compute", "reveal").
     details:     backend facts (e.g. the message count, the CrypTen configuration used).
     """

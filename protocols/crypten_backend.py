@@ -28,22 +28,22 @@ return bitwise-equal totals for equal inputs.
 thread each (``crypten_compat.run_parties``). Every client shares its input with CrypTen's PRZS
 (pseudo-random zero sharing from pairwise seeds: no input message), the parties sum the shares,
 run a given function on them (Beaver products, comparisons, CrypTen's Newton-Raphson sqrt and
-reciprocal) and open each output to the parties named for it only. CrypTen's default tuple
-provider (TFP) makes rank 0, client 0, the dealer of the Beaver triples: client 0 can open every
-value that is multiplied, so only functions of values client 0 may learn belong there, and the
-server must not collude with client 0. Every CrypTen message is a Transfer (one per sender,
-receiver and step, the payloads as blobs); an opening (all_reduce) is booked as every party
-sending its share to every other party.
+reciprocal) and open each output to the parties named for it only. The Beaver triples come from
+a dealer that is neither a client nor the server (``dealer="party"``, CrypTen's TTP provider run
+by a dealer thread: the server must not collude with it); ``dealer="client0"`` keeps CrypTen's TFP,
+where client 0 deals and can open every multiplied value. Every CrypTen draw comes from a 256-bit
+ChaCha20 stream (``crypten_compat`` section 6; ``rng="torch-32bit-unsafe"``: CrypTen's own 32-bit
+generators, the seed-search audit's negative control). Every CrypTen message is a Transfer (one per
+sender, receiver and step, the payloads as blobs; the dealer's as "dealer"); an opening
+(all_reduce) is booked as every party sending its share to every other party.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import torch
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from protocols import crypten_compat
 from protocols.base import (
@@ -62,7 +62,9 @@ from protocols.base import (
     float64_sum,
     max_abs_value,
 )
+from protocols.keystream import ChaChaStream
 
+DEALER = "dealer"  # the party that deals the Beaver triples under dealer="party"
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
@@ -112,8 +114,7 @@ def random_ring_elements(n: int, rng: np.random.Generator | None) -> np.ndarray:
     os.urandom (the key is used once, so the zero nonce is safe), or from ``rng`` (a seeded numpy
     generator: reproducible tests only, not a cryptographic source)."""
     if rng is None:
-        stream = Cipher(algorithms.ChaCha20(os.urandom(32), bytes(16)), mode=None).encryptor()
-        return np.frombuffer(stream.update(bytes(8 * n)), dtype="<i8").astype(np.int64, copy=False)
+        return ChaChaStream.fresh().ring_numpy(n)
     return rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
 
 
@@ -131,12 +132,39 @@ def _receivers(spec, num_clients: int) -> list[int]:
     raise ProtocolError(f"reveal_to: expected server, clients or a list of client indices, got {spec!r}")
 
 
+def check_rng(rng: str, unsafe_seed_window: int | None) -> None:
+    """ProtocolError unless rng is "chacha20" or "torch-32bit-unsafe" (then an optional window in 1..2^32)."""
+    if rng not in crypten_compat.RNG_MODES:
+        raise ProtocolError(f"rng: expected one of {', '.join(crypten_compat.RNG_MODES)}, got {rng!r}")
+    if unsafe_seed_window is None:
+        return
+    if rng != crypten_compat.RNG_UNSAFE:
+        raise ProtocolError(f"unsafe_seed_window: only with rng={crypten_compat.RNG_UNSAFE}")
+    if isinstance(unsafe_seed_window, bool) or not isinstance(unsafe_seed_window, int) \
+            or not 1 <= unsafe_seed_window <= 2**32:
+        raise ProtocolError(f"unsafe_seed_window: expected an int in 1..2^32, got {unsafe_seed_window!r}")
+
+
+def check_dealer(dealer: str) -> None:
+    """ProtocolError unless dealer is "party" or "client0"."""
+    if dealer not in crypten_compat.DEALERS:
+        raise ProtocolError(f"dealer: expected one of {', '.join(crypten_compat.DEALERS)}, got {dealer!r}")
+
+
 def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precision_bits: int = 16,
-                   config: dict | None = None, timeout_s: float = 120.0) -> ComputeResult:
+                   config: dict | None = None, timeout_s: float = 120.0, rng: str = "chacha20",
+                   unsafe_seed_window: int | None = None, dealer: str = "party") -> ComputeResult:
     """Secret-share K flat float tensors (client k holds values[k]), sum them, apply ``function``
     (shared sum -> {output name: shared tensor}, written with CrypTen's MPCTensor operations; run
     by every party) and open each output to ``reveal_to[name]`` only ("server", "clients", or a
-    list of client indices). ``config``: CrypTen config overrides (iteration counts)."""
+    list of client indices). ``config``: CrypTen config overrides (iteration counts). ``rng``:
+    "chacha20" (every CrypTen draw from a 256-bit ChaCha20 stream) or "torch-32bit-unsafe"
+    (CrypTen's own 32-bit-seeded generators, the dealer's seed below ``unsafe_seed_window`` if
+    given): the seed-search audit's negative control. ``dealer``: "party" (a dealer that is none of
+    the clients and not the server deals the Beaver triples: CrypTen's TTP provider) or "client0"
+    (CrypTen's TFP: client 0 deals them and can open every multiplied value)."""
+    check_rng(rng, unsafe_seed_window)
+    check_dealer(dealer)
     num_clients = len(values)
     if num_clients < 1:
         raise ProtocolError("compute: expected at least one client")
@@ -164,9 +192,10 @@ def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precis
                     opened[name] = value
         return opened
 
-    ranks = [client(k) for k in range(num_clients)] + [SERVER]
+    ranks = [client(k) for k in range(num_clients)] + [SERVER, DEALER]
     try:
-        results, log, times = crypten_compat.run_parties(num_clients + 1, program, precision_bits, config, timeout_s)
+        results, log, times = crypten_compat.run_parties(num_clients + 1, program, precision_bits, config, timeout_s,
+                                                         rng, unsafe_seed_window, dealer)
     except crypten_compat.PartyError as e:
         raise PartyFailure(f"crypten compute: {e}") from e
     grouped: dict[tuple[str, int, int], list[bytes]] = {}
@@ -185,18 +214,25 @@ def secure_compute(values: list[torch.Tensor], function, reveal_to: dict, precis
         transfers=transfers,
         num_clients=num_clients,
         phases=phases,
-        details={"messages": len(log), "precision_bits": precision_bits, "crypten_config": dict(config or {})},
+        details={"messages": len(log), "precision_bits": precision_bits, "crypten_config": dict(config or {}),
+                 "rng": rng, "dealer": dealer},
     )
 
 
 class CryptenProtocol(Protocol):
     """In-process additive secret sharing (see module docstring). precision_bits: fractional bits;
-    seed: None (default) draws shares from os.urandom; an int makes them reproducible (tests)."""
+    seed: None (default) draws shares from os.urandom; an int makes them reproducible (tests).
+    rng, unsafe_seed_window, dealer: the randomness of ``compute`` and who deals its Beaver triples
+    (see ``secure_compute``); the sums never use CrypTen's generators."""
 
     name = "crypten"
 
-    def __init__(self, precision_bits: int = 16, seed: int | None = None):
+    def __init__(self, precision_bits: int = 16, seed: int | None = None, rng: str = "chacha20",
+                 unsafe_seed_window: int | None = None, dealer: str = "party"):
         self.precision_bits = check_precision_bits(precision_bits)
+        check_rng(rng, unsafe_seed_window)
+        check_dealer(dealer)
+        self.rng, self.unsafe_seed_window, self.dealer = rng, unsafe_seed_window, dealer
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ProtocolError(f"seed: expected an int or None, got {seed!r}")
         self._rng = None if seed is None else np.random.Generator(np.random.PCG64(seed))
@@ -204,7 +240,8 @@ class CryptenProtocol(Protocol):
     def compute(self, values: list[torch.Tensor], function, reveal_to: dict, config: dict | None = None
                 ) -> ComputeResult:
         """``secure_compute`` at this protocol's precision (see the module docstring)."""
-        return secure_compute(values, function, reveal_to, self.precision_bits, config)
+        return secure_compute(values, function, reveal_to, self.precision_bits, config, rng=self.rng,
+                              unsafe_seed_window=self.unsafe_seed_window, dealer=self.dealer)
 
     def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
         num_clients = len(values)

@@ -14,6 +14,14 @@
 5. Threaded parties: ``run_parties`` runs a CrypTen program (secret-shared arithmetic,
    comparisons, sqrt, reciprocal) among K+1 parties, one thread each, with per-thread RNG seeds
    and a recording communicator, so that every message a party sent is known (see below).
+6. Randomness: CrypTen 0.4.1 seeds torch generators with 64-bit seeds, of which torch's CPU
+   ``manual_seed`` keeps 32 bits, so a party that sees a masked value can search every seed. On
+   import, every CrypTen binding of ``generate_random_ring_element`` and
+   ``generate_kbit_random_tensor`` is replaced by a draw from a ``keystream.ChaChaStream`` (256-bit
+   keys from os.urandom), and ``crypten._setup_prng`` by one that exchanges 32-byte keys as CrypTen
+   exchanges its seeds (prev/next pairwise, global from rank 0). A torch.Generator reaching those
+   functions raises ``RngError``, except in a run with ``rng="torch-32bit-unsafe"`` (the audit's
+   negative control: CrypTen's own generators, optionally with the dealer's seed planted in a window).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import importlib
 import os
 import pickle
 import queue
+import secrets
 import sys
 import threading
 import time
@@ -31,6 +40,8 @@ import warnings
 
 import numpy as np
 import torch
+
+from protocols.keystream import KEY_BYTES, ChaChaStream
 
 _OLD_REGISTRATION = "torch.onnx._internal.registration"
 _NEW_REGISTRATION = "torch.onnx._internal.torchscript_exporter.registration"
@@ -49,7 +60,145 @@ def load_crypten():
                             category=UserWarning)
     import crypten  # noqa: PLC0415 - the single place CrypTen is imported
 
+    if not _RNG_ORIGINALS:
+        _install_chacha_rng(crypten)
     return crypten
+
+
+# --- 6. Randomness ------------------------------------------------------------------------------------
+
+RNG_CHACHA = "chacha20"
+RNG_UNSAFE = "torch-32bit-unsafe"
+RNG_MODES = (RNG_CHACHA, RNG_UNSAFE)
+_RNG_FUNCTIONS = ("generate_random_ring_element", "generate_kbit_random_tensor")
+_RNG_ORIGINALS: dict = {}  # CrypTen's own functions, by name (kept for rng=torch-32bit-unsafe only)
+_CPU = torch.device("cpu")
+_torch_rng_allowed = False  # True only while a run_parties(rng=RNG_UNSAFE) runs
+
+
+class RngError(RuntimeError):
+    """CrypTen asked for randomness that is not a 256-bit ChaCha20 stream."""
+
+
+def _shape(size) -> tuple[int, ...]:
+    return tuple(int(n) for n in size) if isinstance(size, (tuple, list, torch.Size)) else (int(size),)
+
+
+def _stream(generator, device):
+    """The generator a CrypTen draw uses: its own, or this party's "local" one."""
+    if device is not None and torch.device(device).type != "cpu":
+        raise RngError(f"CrypTen randomness on {device}: only the CPU generators are keyed")
+    if generator is None:
+        generator = load_crypten().generators["local"][_CPU]
+    if isinstance(generator, ChaChaStream) or (_torch_rng_allowed and isinstance(generator, torch.Generator)):
+        return generator
+    raise RngError(f"CrypTen drew from a {type(generator).__name__}, not a ChaCha20 stream")
+
+
+def random_ring_element(size, ring_size=2**64, generator=None, **kwargs) -> torch.Tensor:
+    """CrypTen's ``generate_random_ring_element``: uniform int64 over Z_2^64 of ``size``."""
+    stream = _stream(generator, kwargs.get("device"))
+    if isinstance(stream, torch.Generator):
+        return _RNG_ORIGINALS["generate_random_ring_element"](size, ring_size, generator=stream, **kwargs)
+    if ring_size != 2**64:
+        raise RngError(f"ring_size {ring_size}: only Z_2^64 is drawn")
+    return stream.ring(_shape(size))
+
+
+def kbit_random_tensor(size, bitlength=None, generator=None, **kwargs) -> torch.Tensor:
+    """CrypTen's ``generate_kbit_random_tensor``: uniform in [0, 2^bitlength), or Z_2^64 for 64 bits."""
+    stream = _stream(generator, kwargs.get("device"))
+    if isinstance(stream, torch.Generator):
+        return _RNG_ORIGINALS["generate_kbit_random_tensor"](size, bitlength, generator=stream, **kwargs)
+    if bitlength is None or bitlength == 64:
+        return stream.ring(_shape(size))
+    return stream.bits(_shape(size), bitlength)
+
+
+_REPLACEMENTS = {"generate_random_ring_element": random_ring_element,
+                 "generate_kbit_random_tensor": kbit_random_tensor}
+
+
+def _key_tensor(key: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(key, dtype="<i8").astype(np.int64))
+
+
+def _tensor_key(t: torch.Tensor) -> bytes:
+    return t.numpy().astype("<i8").tobytes()
+
+
+def setup_chacha_prng() -> None:
+    """CrypTen's ``_setup_prng`` with 256-bit keys: a fresh "next" key goes to the next party and the
+    previous party's arrives as "prev" (PRZS pairs), rank 0's "global" key is broadcast, "local" stays
+    here; each becomes this party's ChaChaStream in ``crypten.generators`` (CPU only)."""
+    crypten = load_crypten()
+    comm = crypten.communicator.get()
+    rank, world_size = comm.get_rank(), comm.get_world_size()
+    next_key = _key_tensor(os.urandom(KEY_BYTES))
+    prev_key = torch.zeros(KEY_BYTES // 8, dtype=torch.int64)
+    if world_size >= 2:
+        sent = comm.isend(next_key, (rank + 1) % world_size)
+        received = comm.irecv(prev_key, src=(rank - 1) % world_size)
+        sent.wait()
+        received.wait()
+    else:
+        prev_key = next_key
+    global_key = comm.broadcast(_key_tensor(os.urandom(KEY_BYTES)), 0)
+    generators = crypten.generators
+    for name in list(generators.keys()):
+        generators[name].clear()
+    generators["prev"][_CPU] = ChaChaStream(_tensor_key(prev_key))
+    generators["next"][_CPU] = ChaChaStream(_tensor_key(next_key))
+    generators["local"][_CPU] = ChaChaStream.fresh()
+    generators["global"][_CPU] = ChaChaStream(_tensor_key(global_key))
+
+
+def _install_chacha_rng(crypten) -> None:
+    """Point every loaded CrypTen module's binding of the two rng functions, and crypten._setup_prng,
+    at the ChaCha20 versions above (modules bind the names at import, so each binding is replaced)."""
+    import crypten.common.rng as rng  # noqa: PLC0415
+
+    for name in _RNG_FUNCTIONS:
+        _RNG_ORIGINALS[name] = getattr(rng, name)
+    _RNG_ORIGINALS["_setup_prng"] = crypten._setup_prng
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "crypten" or module_name.startswith("crypten.")):
+            continue
+        for name in _RNG_FUNCTIONS:
+            if getattr(module, name, None) is _RNG_ORIGINALS[name]:
+                setattr(module, name, _REPLACEMENTS[name])
+    crypten._setup_prng = setup_chacha_prng
+    import crypten.mpc.provider.ttp_provider as ttp  # noqa: PLC0415
+
+    ttp.TTPClient = _DealerClient
+
+
+def torch_rng_bindings() -> list[str]:
+    """The CrypTen modules that still bind one of CrypTen's own rng functions (empty once installed)."""
+    load_crypten()
+    return [f"{module_name}.{name}" for module_name, module in list(sys.modules.items())
+            if module is not None and (module_name == "crypten" or module_name.startswith("crypten."))
+            for name in _RNG_FUNCTIONS if getattr(module, name, None) is _RNG_ORIGINALS[name]]
+
+
+def party_generator_keys() -> dict[str, bytes]:
+    """This party's generator keys (call inside a run_parties program; for tests): "prev", "next",
+    "local", "global" and, under dealer="party", "dealer" (the stream it shares with the dealer)."""
+    generators = load_crypten().generators
+    keys = {name: generators[name][_CPU].key for name in _GENERATOR_KEYS}
+    client = getattr(_DealerClient._threads, "client", None)
+    if client is not None:
+        keys["dealer"] = client.stream.key
+    return keys
+
+
+def _setup_unsafe_prng(window: int | None) -> None:
+    """CrypTen's own ``_setup_prng`` (torch generators, 32 effective seed bits); with ``window`` the
+    dealer's (rank 0's) "local" seed is drawn below window instead, so an audit can find it fast."""
+    crypten = load_crypten()
+    _RNG_ORIGINALS["_setup_prng"]()
+    if window is not None and crypten.communicator.get().get_rank() == 0:
+        crypten.generators["local"][_CPU].manual_seed(secrets.randbelow(window))
 
 
 def fixed_point_encoder(precision_bits: int):
@@ -134,8 +283,8 @@ def shutdown_party() -> None:
 # next party, the local and global seeds) are one module-level dict that every thread would
 # overwrite, and its ``InProcessCommunicator`` mixes point-to-point and collective messages in one
 # queue per party (a broadcast can overtake a seed). So, for the duration of one run:
-# - ``crypten.generators`` is a per-thread mapping (each party draws its own seeds from os.urandom
-#   and exchanges them as CrypTen does, over the wire below);
+# - ``crypten.generators`` is a per-thread mapping (each party draws its own 256-bit keys from
+#   os.urandom and exchanges them as CrypTen does its seeds, over the wire below; section 6);
 # - every party's communicator is a ``_WireCommunicator``: one FIFO queue per ordered pair of
 #   parties, every collective written as point-to-point messages, and every message recorded
 #   (sender rank, receiver rank, the step the sender is in, the int64 payload bytes). all_reduce
@@ -170,15 +319,17 @@ class _ThreadGenerators:
 
 
 class _Wire:
-    """The messages of one threaded run: a queue per (sender, receiver) and the log of every send."""
+    """The messages of one threaded run: a queue per (sender, receiver) and the log of every send.
+    Endpoints: the world_size CrypTen parties, then the dealer (rank world_size) if there is one."""
 
-    def __init__(self, world_size: int, timeout_s: float):
+    def __init__(self, world_size: int, timeout_s: float, endpoints: int | None = None):
         self.world_size = world_size
         self.timeout_s = timeout_s
-        self.queues = {(a, b): queue.Queue() for a in range(world_size) for b in range(world_size) if a != b}
+        ends = range(endpoints or world_size)
+        self.queues = {(a, b): queue.Queue() for a in ends for b in ends if a != b}
         self.log: list[tuple[str, int, int, bytes]] = []  # (step, sender, receiver, payload)
         self.lock = threading.Lock()
-        self.steps = ["setup"] * world_size
+        self.steps = ["setup"] * len(ends)
         self.failed = threading.Event()
         self.barrier = threading.Barrier(world_size)
 
@@ -188,8 +339,10 @@ class _Wire:
             self.log.append((self.steps[sender], sender, receiver, data))
         self.queues[(sender, receiver)].put(payload)
 
-    def get(self, sender: int, receiver: int):
-        deadline = time.monotonic() + self.timeout_s
+    def get(self, sender: int, receiver: int, timeout_s: float | None = None):
+        """The next message from sender to receiver; PartyError after timeout_s (default: the run's)
+        or as soon as any party failed."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             if self.failed.is_set():
                 raise PartyError("another party failed")
@@ -197,7 +350,8 @@ class _Wire:
                 return self.queues[(sender, receiver)].get(timeout=0.05)
             except queue.Empty:
                 if time.monotonic() > deadline:
-                    raise PartyError(f"party {receiver} waited {self.timeout_s:g}s for party {sender}") from None
+                    raise PartyError(f"party {receiver} waited {self.timeout_s if timeout_s is None else timeout_s:g}s "
+                                     f"for party {sender}") from None
 
 
 def _payload_bytes(payload) -> bytes:
@@ -388,14 +542,106 @@ class Party:
         return decode(ring.reshape(-1), precision).reshape(ring.shape)
 
 
+# --- 7. The dealer: a party of its own that deals the Beaver triples ------------------------------------
+#
+# Under CrypTen's default TFP provider rank 0 (client 0) draws the triples' masks a, b itself and every
+# product opens x − a to all parties, so client 0 reads every multiplied value. With dealer="party" the
+# run uses CrypTen's TTP provider instead (``TrustedThirdParty``: each party draws its shares of a, b, c
+# from a generator it shares with the dealer; rank 0 asks the dealer for its share of c), with a dealer
+# thread in place of CrypTen's TTP process: the dealer sends each party a fresh 32-byte key (its
+# ChaChaStream of dealer randomness) and answers rank 0's requests with CrypTen's own TTPServer
+# functions on copies of those streams. The dealer receives only the requests (sizes and operation
+# names) and never a share of a value: it learns nothing, and only the dealer together with the server
+# (or any party that sees an opening) can remove the masks.
+
+DEALER_PARTY = "party"
+DEALER_CLIENT0 = "client0"
+DEALERS = (DEALER_PARTY, DEALER_CLIENT0)
+
+
+class _DealerStream(ChaChaStream):
+    """A ChaChaStream with the ``device`` attribute CrypTen's TTP code reads off a torch generator."""
+
+    device = _CPU
+
+
+class _DealerClient:
+    """Stands in for CrypTen's ``TTPClient`` (installed on import): one per party thread, holding that
+    party's dealer stream and its link to the dealer."""
+
+    _threads = threading.local()
+
+    def __init__(self, rank: int, wire: _Wire, dealer_rank: int):
+        self.rank, self.wire, self.dealer_rank = rank, wire, dealer_rank
+        self.stream = _DealerStream(_tensor_key(wire.get(dealer_rank, rank)))
+
+    @classmethod
+    def attach(cls, rank: int, wire: _Wire, dealer_rank: int) -> None:
+        """Receive this party's dealer key (step "setup") and make it this thread's TTPClient."""
+        cls._threads.client = cls(rank, wire, dealer_rank)
+
+    @classmethod
+    def get(cls) -> "_DealerClient":
+        client = getattr(cls._threads, "client", None)
+        if client is None:
+            raise RngError("CrypTen's TTP provider outside a run_parties(dealer='party'): no dealer to ask")
+        return client
+
+    @staticmethod
+    def _init() -> None:
+        raise RngError("CrypTen's TTP process is not used: run_parties(dealer='party') has its own dealer")
+
+    @staticmethod
+    def uninit() -> None:
+        pass
+
+    def get_generator(self, device=None) -> _DealerStream:
+        if device is not None and torch.device(device).type != "cpu":
+            raise RngError(f"dealer randomness on {device}: only the CPU streams are keyed")
+        return self.stream
+
+    def ttp_request(self, func_name: str, device, *args, **kwargs) -> torch.Tensor:
+        """Rank 0's share of a correlated value: ask the dealer (CrypTen's TTPClient.ttp_request)."""
+        self.wire.put(self.rank, self.dealer_rank, (func_name, args, kwargs))
+        return self.wire.get(self.dealer_rank, self.rank)
+
+
+def _serve_as_dealer(wire: _Wire, world_size: int, dealer_rank: int) -> None:
+    """The dealer thread: a fresh key to each party, then rank 0's requests until it sends None."""
+    from crypten.mpc.provider.ttp_provider import TTPServer  # noqa: PLC0415
+
+    keys = [os.urandom(KEY_BYTES) for _ in range(world_size)]
+    for rank, key in enumerate(keys):
+        wire.put(dealer_rank, rank, _key_tensor(key))
+    wire.steps[dealer_rank] = "compute"
+    server = object.__new__(TTPServer)  # its additive/square/binary/wraps/B2A functions, not its process loop
+    server.generators, server.generators_cuda, server.device = [_DealerStream(k) for k in keys], [], None
+    while (request := wire.get(0, dealer_rank, timeout_s=float("inf"))) is not None:  # ends when a party fails
+        func_name, args, kwargs = request
+        wire.put(dealer_rank, 0, getattr(server, func_name)(*args, **kwargs))
+
+
 def run_parties(world_size: int, program, precision_bits: int = 16, config: dict | None = None,
-                timeout_s: float = 120.0) -> tuple[list, list[tuple[str, int, int, bytes]], list[dict]]:
+                timeout_s: float = 120.0, rng: str = RNG_CHACHA, unsafe_seed_window: int | None = None,
+                dealer: str = DEALER_PARTY) -> tuple[list, list[tuple[str, int, int, bytes]], list[dict]]:
     """Run ``program(party)`` as world_size CrypTen parties, one thread each, in this process.
 
     Returns (each rank's return value, the message log [(step, sender, receiver, payload bytes)],
     each rank's seconds per step). ``config``: CrypTen config overrides for the run (e.g.
     {"functions.sqrt_nr_iters": 12}); the encoder's precision is ``precision_bits``. A party that
-    raises, or waits longer than timeout_s for a message, raises PartyError here."""
+    raises, or waits longer than timeout_s for a message, raises PartyError here.
+    ``rng``: "chacha20" (default: section 6) or "torch-32bit-unsafe" (CrypTen's own torch generators;
+    ``unsafe_seed_window`` plants rank 0's local seed below it): an audit's negative control only.
+    ``dealer``: who deals the Beaver triples and other correlated randomness (section 7): "party", a
+    dealer thread (rank world_size on the message log) that is none of the parties, or "client0"
+    (CrypTen's TFP: rank 0 deals and can open every multiplied value)."""
+    global _torch_rng_allowed
+    if dealer not in DEALERS:
+        raise ValueError(f"dealer: expected one of {', '.join(DEALERS)}, got {dealer!r}")
+    if rng not in RNG_MODES:
+        raise ValueError(f"rng: expected one of {', '.join(RNG_MODES)}, got {rng!r}")
+    if unsafe_seed_window is not None and (rng != RNG_UNSAFE or not 1 <= unsafe_seed_window <= 2**32):
+        raise ValueError(f"unsafe_seed_window: expected 1..2^32 with rng={RNG_UNSAFE}, got {unsafe_seed_window!r}")
     crypten = load_crypten()
     import crypten.communicator as comm  # noqa: PLC0415
     from crypten.communicator import InProcessCommunicator  # noqa: PLC0415
@@ -404,43 +650,66 @@ def run_parties(world_size: int, program, precision_bits: int = 16, config: dict
     with _RUN_LOCK:
         if comm.is_initialized():
             raise PartyError("run_parties: CrypTen is already initialised in this thread")
-        wire = _Wire(world_size, timeout_s)
+        dealer_rank = world_size if dealer == DEALER_PARTY else None
+        wire = _Wire(world_size, timeout_s, world_size + (dealer_rank is not None))
         results: list = [None] * world_size
-        errors: list = [None] * world_size
+        errors: list = [None] * (world_size + 1)  # the last: the dealer's
         times: list[dict] = [{} for _ in range(world_size)]
 
         def body(rank: int) -> None:
             try:
                 timed = _TimedParty(Party(rank, world_size, wire, precision_bits), times[rank])  # step "setup"
                 InProcessCommunicator.tls.instance = wire_class(rank, world_size, wire)
-                crypten._setup_prng()  # seeds from os.urandom, exchanged over the wire ("setup")
+                if rng == RNG_UNSAFE:
+                    _setup_unsafe_prng(unsafe_seed_window)
+                else:
+                    crypten._setup_prng()  # keys from os.urandom, exchanged over the wire ("setup")
+                if dealer_rank is not None:
+                    _DealerClient.attach(rank, wire, dealer_rank)
                 results[rank] = program(timed)
+                if dealer_rank is not None and rank == 0:
+                    wire.put(0, dealer_rank, None)  # no more requests
                 timed.close()
             except BaseException:  # noqa: BLE001 - reported to the caller below
                 errors[rank] = traceback.format_exc()
                 wire.failed.set()
                 wire.barrier.abort()
 
+        def deal() -> None:
+            try:
+                _serve_as_dealer(wire, world_size, dealer_rank)
+            except BaseException:  # noqa: BLE001 - reported to the caller below
+                errors[world_size] = traceback.format_exc()
+                wire.failed.set()
+                wire.barrier.abort()
+
         saved_generators = crypten.generators
         overrides = {"encoder.precision_bits": precision_bits, **(config or {})}
+        if dealer_rank is not None:
+            overrides["mpc.provider"] = "TTP"  # CrypTen's TTP provider, its TTPClient the _DealerClient below
         try:
             crypten.generators = _ThreadGenerators()
+            _torch_rng_allowed = rng == RNG_UNSAFE
             setattr(comm, "__use_threads", True)
             with crypten.cfg.temp_override(overrides):
                 threads = [threading.Thread(target=body, args=(rank,), name=f"privfgl-crypten-party{rank}", daemon=True)
                            for rank in range(world_size)]
+                if dealer_rank is not None:
+                    threads.append(threading.Thread(target=deal, name="privfgl-crypten-dealer", daemon=True))
                 for t in threads:
                     t.start()
                 for t in threads:
                     t.join()
         finally:
             crypten.generators = saved_generators
+            _torch_rng_allowed = False
             setattr(comm, "__use_threads", False)
             InProcessCommunicator.tls = threading.local()
         failed = [(rank, e) for rank, e in enumerate(errors) if e is not None]
         if failed:
             first = next(((r, e) for r, e in failed if "another party failed" not in e), failed[0])
-            raise PartyError(f"crypten party {first[0]} failed:\n{first[1]}")
+            who = "the dealer" if first[0] == world_size else f"party {first[0]}"
+            raise PartyError(f"crypten {who} failed:\n{first[1]}")
         return results, wire.log, times
 
 
@@ -474,7 +743,7 @@ def at_least_powers_of_two(x, positions: list[int]):
     Cost: one A2B conversion of x (CrypTen's binary adder over the parties' shares, the expensive part
     with many parties), a prefix OR over the bits (6 rounds of binary AND) and one single-bit B2A per
     output, instead of one full CrypTen comparison (an A2B each) per threshold.
-    Under CrypTen's TFP provider the dealer (rank 0) can open these bits, as it can any comparison's."""
+    The dealer's masks hide these bits as any comparison's (under dealer="client0", rank 0 can open them)."""
     load_crypten()
     from crypten.mpc.primitives import BinarySharedTensor, beaver  # noqa: PLC0415
     from crypten.mpc.primitives.converters import convert  # noqa: PLC0415

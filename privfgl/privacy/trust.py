@@ -14,9 +14,12 @@ PROTOCOL_TRUST = {
         "non_collusion": ["a coalition that lacks any one of the K+1 share holders (K clients, the server) learns "
                           "nothing beyond the sum and its members' inputs (tested: share bytes of K-1 parties are "
                           "indistinguishable across inputs)"],
-        "assumption": "honest-but-curious parties; shares from a ChaCha20 keystream keyed from os.urandom (inprocess) "
-                      "or CrypTen's PRZS seeds "
-                      "(multiprocess)",
+        "assumption": "honest-but-curious parties; every share and every CrypTen draw (PRZS masks, Beaver "
+                      "triples) from a ChaCha20 keystream under a 256-bit os.urandom key (crypten-seed-search "
+                      "finds no seed)",
+        "compute": "compute (a function on secret shares, e.g. FedGPL tau_in=crypten) opens its outputs to the "
+                   "parties named only; every multiplied value is masked by a Beaver triple from the dealer, a "
+                   "party that is neither a client nor the server: the server must not collude with the dealer",
     },
     "ckks": {
         "server_sees": "the clients' ciphertexts, the aggregate ciphertexts it computed, the public parameters, "
@@ -42,6 +45,10 @@ PROTOCOL_TRUST = {
                       "the k-regular graph (SecAgg+) is public",
     },
 }
+CLIENT0_DEALER = ("compute with dealer=client0 (CrypTen's TFP): client 0 deals the Beaver triples and reads every "
+                  "multiplied value itself; the server must not collude with client 0")
+UNSAFE_RNG = ("NONE: rng=torch-32bit-unsafe seeds CrypTen's torch generators with 32 effective bits; the server "
+              "searches the dealer's seed and reads every multiplied value (crypten-seed-search; audit mode)")
 SYMMETRIC_KEY_NOTE = ("under a symmetric-key preset every client holds the secret key: the server must not "
                       "collude with any client")
 
@@ -73,6 +80,13 @@ def trust_block(protocol, dp: dict | None, spec=None) -> dict:
     preset = getattr(protocol, "preset", None)
     if name in ("ckks", "bfv") and preset is not None and preset.symmetric:
         block["non_collusion"] = block["non_collusion"] + [SYMMETRIC_KEY_NOTE]
+    if name == "crypten":
+        if not hasattr(protocol, "compute"):  # multiprocess: sums only
+            block.pop("compute")
+        elif getattr(protocol, "dealer", "party") == "client0":
+            block["compute"] = CLIENT0_DEALER
+        if getattr(protocol, "rng", "chacha20") == "torch-32bit-unsafe":
+            block["assumption"] = UNSAFE_RNG
     if name == "ckks":
         block["reveal"] = protocol.reveal
         if protocol.reveal == "raw-unsafe":

@@ -41,3 +41,14 @@ def test_every_run_record_carries_the_block():
     trust = record["privacy"]["trust"]
     assert trust["protocol"] == "plain" and trust["server_sees"] == "every client's upload in the clear"
     assert trust["dp"]["trusted_server"] is True and trust["dp"]["noise_source"] == "seeded" and "warning" in trust["dp"]
+
+
+def test_crypten_names_the_dealer_of_compute_and_the_unsafe_rng_gives_nothing():
+    block = trust_block(protocols.get_protocol("crypten"), None)
+    assert "the server must not collude with the dealer" in block["compute"]
+    assert "neither a client nor the server" in block["compute"] and "256-bit" in block["assumption"]
+    client0 = trust_block(protocols.get_protocol("crypten", dealer="client0"), None)["compute"]
+    assert "client 0" in client0 and "must not collude with client 0" in client0
+    unsafe = trust_block(protocols.get_protocol("crypten", rng="torch-32bit-unsafe"), None)
+    assert unsafe["assumption"].startswith("NONE") and "32" in unsafe["assumption"]
+    assert "compute" not in trust_block(protocols.get_protocol("crypten", mode="multiprocess"), None)

@@ -43,8 +43,9 @@ TAU_TRUST = {
     "clear": "HiDTA phase 1 opens each task group's sum of θ to the server, which computes τ in the clear: the "
              "server learns the task models θ'_t (B.7 option (a))",
     "crypten": "τ computed in CrypTen on secret shares of the task-group sums (B.7 option (b)); revealed: τ only, "
-               "to the server; the task models θ'_t are opened to the clients only. CrypTen's TFP makes client0 "
-               "the dealer of the Beaver triples: the server must not collude with client0",
+               "to the server; the task models θ'_t are opened to the clients only. The Beaver triples that mask "
+               "them come from the crypten dealer (trust.compute: a dealer party by default, client0 under "
+               "dealer=client0): the server must not collude with it",
 }
 SPLIT_TRUST = ("the server receives every client's prompted sample graphs (M1: node features, noised only under "
                "--dp on=m1|split; edge_index and batch vector always in the clear) and per-sample embedding "
