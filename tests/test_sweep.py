@@ -377,6 +377,14 @@ def test_a_column_no_record_has_is_warned_and_a_line_plot_needs_a_numeric_x(fini
         report(copied(finished, tmp_path, planetoid_root, line))
 
 
+def test_a_title_names_the_datasets_the_records_ran_on():
+    from privfgl.sweep.report import titled
+    assert titled("FedAvg on {dataset}", [{"dataset": "cora"}, {"dataset": "cora"}]) == "FedAvg on Cora"
+    assert titled("FedAvg on {dataset}", [{"dataset": "citeseer"}, {"dataset": "sbm"}]) == \
+        "FedAvg on CiteSeer, synthetic graph 'sbm'"
+    assert titled("FedAvg on Cora", [{"dataset": "sbm"}]) == "FedAvg on Cora"  # no placeholder: as written
+
+
 def test_warmup_runs_each_cell_once_untimed_and_unrecorded_before_its_timed_runs(tmp_path, planetoid_root,
                                                                                 monkeypatch):
     """[sweep] warmup = true: a cell's first timed run no longer carries the process's start-up (the

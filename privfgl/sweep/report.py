@@ -200,7 +200,8 @@ def titled(title: str, summary: list[dict]) -> str:
         return title
     from privfgl.data import DATASETS
     names = dict.fromkeys(str(s["dataset"]) for s in summary if s.get("dataset") is not None)
-    shown = [DATASETS[n.lower()].name if n.lower() in DATASETS else f"synthetic graph '{n}'" for n in names]
+    shown = [DATASETS[n.lower()].folder if n.lower() in DATASETS else f"synthetic graph '{n}'"  # folder: PyG's name
+             for n in names]
     return title.replace("{dataset}", ", ".join(shown) or "no dataset")
 
 
