@@ -7,6 +7,7 @@ to the runtime, the clients' data or their trainers.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -94,13 +95,28 @@ def save_view(view: AdversaryView, folder: str | Path) -> Path:
 
 
 def load_view(folder: str | Path) -> AdversaryView:
-    """The view written by `save_view`."""
+    """The view written by `save_view`. Raises ValueError (one line) for a file name in view.json that
+    is not a plain file name inside `folder` (absolute, with a directory part or "..", or a symlink
+    that leads out of it): a view.json from elsewhere must not make the reader open any other file."""
     folder = Path(folder)
     data = json.loads((folder / "view.json").read_text())
     messages = []
-    for e in data["messages"]:
-        tensors = {f: torch.from_numpy(np.load(folder / name)) for f, name in e["tensors"].items()} or None
-        blobs = tuple((folder / name).read_bytes() for name in e["blobs"]) or None
+    for i, e in enumerate(data["messages"]):
+        tensors = {f: torch.from_numpy(np.load(view_file(folder, name, f"messages[{i}].tensors[{f!r}]")))
+                   for f, name in e["tensors"].items()} or None
+        blobs = tuple(view_file(folder, name, f"messages[{i}].blobs[{j}]").read_bytes()
+                      for j, name in enumerate(e["blobs"])) or None
         messages.append(Message(e["round"], e["name"], e["sender"], e["receiver"], e["kind"], e["nbytes"], tensors,
                                 blobs))
     return AdversaryView(data["party"], tuple(messages))
+
+
+def view_file(folder: Path, name, entry: str) -> Path:
+    """folder/name for the view.json entry `entry`; ValueError unless `name` is a plain file name
+    whose real path (symlinks followed) lies in `folder`."""
+    plain = isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+    path = folder / name if plain else None
+    if path is None or Path(os.path.realpath(path)).parent != Path(os.path.realpath(folder)):
+        raise ValueError(f"{folder / 'view.json'}: {entry} = {name!r} is not a file of the view's folder; valid: a "
+                         f"plain file name (no '/', '..' or absolute path, no symlink out) inside {folder}")
+    return path

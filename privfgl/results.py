@@ -20,7 +20,7 @@ def make_record(config: dict, setup, total_s: float) -> dict:
     cost["rounds"] = config.get("rounds")
     privacy = privacy_block(setup)
     spec = fed.dp.spec if getattr(fed, "dp", None) is not None else None
-    return {
+    record = {
         "schema": SCHEMA_VERSION,
         "config": config,
         "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
@@ -37,6 +37,34 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         },
         "attacks": [],
     }
+    record["privacy"]["auditor_only"] = auditor_only(record)
+    return record
+
+
+# The record's fields about single clients that no message to the server carried: only the auditor
+# (who evaluates every client on its private labels) sees them. JSON paths; `*` is any key. Every
+# metric is the auditor's (the server receives no evaluation message); these are the per-client ones.
+AUDITOR_ONLY = (
+    "metrics.per_client",  # each client's node, validation and test counts, accuracies and correct predictions
+    "metrics.settings.*.per_client",  # --evaluate: the same per evaluation setting
+    "metrics.last.settings.*.per_client",
+    "metrics.fedlog.gamma_mean",  # each FedLoG client's mean class curriculum
+    "metrics.fedlog.warmup_epochs_run",
+    "data_regime",  # --evaluate: which classes and nodes each client was made to lack
+    "attacks",  # the findings, scored against the clients' private data (privfgl audit fills it)
+)
+
+
+def auditor_only(record: dict) -> list[str]:
+    """The AUDITOR_ONLY paths that `record` holds, `*` spelled out (e.g. metrics.settings.seen.per_client)."""
+    def expand(node, parts: list[str], path: str) -> list[str]:
+        if not parts:
+            return [path]
+        if not isinstance(node, dict):
+            return []
+        keys = sorted(node) if parts[0] == "*" else [parts[0]] if parts[0] in node else []
+        return [p for k in keys for p in expand(node[k], parts[1:], f"{path}.{k}" if path else k)]
+    return [p for pattern in AUDITOR_ONLY for p in expand(record, pattern.split("."), "")]
 
 
 def server_view_summary(fed) -> str:

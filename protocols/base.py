@@ -213,23 +213,20 @@ def check_contributions(contributions: list[torch.Tensor]) -> tuple[list[torch.T
         )
     integer = not first.is_floating_point()
     values = []
-    for k, x in enumerate(contributions):
+    for x in contributions:
         x = x.detach().cpu()
         if integer:
             if x.dtype in _UNSIGNED_WIDE and int(x.numpy().max()) > INT64_MAX:  # would wrap to negative int64
                 raise ProtocolError(
-                    f"contributions[{k}] ({x.dtype}) has values >= 2^63, outside the int64 range of the "
-                    "integer sum; scale the inputs down"
+                    f"contributions: a client's {x.dtype} contribution has values >= 2^63, outside the int64 "
+                    "range of the integer sum; scale the inputs down"
                 )
             values.append(x.to(torch.int64))
             continue
         x = x.to(torch.float64)
         finite = np.isfinite(x.numpy())
         if not finite.all():
-            raise ProtocolError(
-                f"contributions[{k}] contains NaN or Inf ({int((~finite).sum())} non-finite values); "
-                "all values must be finite"
-            )
+            raise ProtocolError("contributions: a client's contribution contains NaN or Inf; all values must be finite")
         values.append(x)
     return values, integer
 
@@ -238,20 +235,18 @@ def check_range(values: list[torch.Tensor], total: torch.Tensor, max_abs: float,
     """Raise ProtocolError unless every |value| and every |per-element sum| is <= max_abs.
 
     values: the K client tensors, total: their sum (float64 is fine: callers keep a margin below
-    the encoding's true limit), what: the encoding, for the message.
+    the encoding's true limit), what: the encoding, for the message. The message names the valid
+    range only: neither which client nor how far out (a client's max |x| is not the server's to learn).
     """
-    for k, x in enumerate(values):
-        m = max_abs_value(x)
-        if m > max_abs:
-            raise ProtocolError(
-                f"contributions[{k}] has |value| up to {m:.6g}, outside the {what} range "
-                f"|x| <= {max_abs:.6g}; scale the inputs down or choose a wider encoding"
-            )
-    m = max_abs_value(total)
-    if m > max_abs:
+    if any(max_abs_value(x) > max_abs for x in values):
         raise ProtocolError(
-            f"contributions: the sum reaches |sum| = {m:.6g}, outside the {what} range "
-            f"|sum| <= {max_abs:.6g}; scale the inputs down or choose a wider encoding"
+            f"contributions: a client's contribution is outside the {what} range |x| <= {max_abs:.6g}; "
+            "scale the inputs down or choose a wider encoding"
+        )
+    if max_abs_value(total) > max_abs:
+        raise ProtocolError(
+            f"contributions: their sum is outside the {what} range |sum| <= {max_abs:.6g}; scale the inputs "
+            "down or choose a wider encoding"
         )
 
 
@@ -270,8 +265,7 @@ def float64_sum(values: list[torch.Tensor]) -> torch.Tensor:
             total += x.numpy()
     if not np.isfinite(total).all():
         raise ProtocolError(
-            f"contributions: the float64 sum overflows (|sum| > {np.finfo(np.float64).max:.3g}) in "
-            f"{int((~np.isfinite(total)).sum())} elements; scale the inputs down"
+            f"contributions: the float64 sum overflows (|sum| > {np.finfo(np.float64).max:.3g}); scale the inputs down"
         )
     return torch.from_numpy(total)
 

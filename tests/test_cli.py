@@ -175,12 +175,20 @@ def test_datasets_lists_what_is_on_disk(planetoid_root, capsys):
     assert "available" in lines["cora"] and "missing" in lines["pubmed"]
 
 
-def test_quickstart_falls_back_to_the_synthetic_graph_offline(tmp_path, capsys):
+def test_quickstart_falls_back_to_the_synthetic_graph_offline_and_says_so(tmp_path, capsys, monkeypatch):
+    from privfgl import plots
+    titles = []
+    real_bars = plots.bar_panels
+    monkeypatch.setattr(plots, "bar_panels", lambda *a, **k: titles.append(k["title"]) or real_bars(*a, **k))
     code, stdout, _ = run_cli(capsys, "quickstart", "--data-root", str(tmp_path / "empty"), "--rounds", "1", "--offline",
                               "--seeds", "0", "--out-dir", str(tmp_path / "runs"), "--no-progress")
     assert code == 0
     assert "Cora is not available" in stdout and "synthetic" in stdout
     assert len(stdout.split("Cora is not available")[0].strip().splitlines()) == 0
+    # the table and the PNG name the dataset the runs used, never the one they could not load
+    header = next(line for line in stdout.splitlines() if "mean ± std over seeds" in line)
+    assert header.startswith("FedAvg, synthetic graph 'sbm', 10 clients") and "Cora" not in header
+    assert len(titles) == 1 and "synthetic graph 'sbm'" in titles[0] and "Cora" not in titles[0]
     # the audit table: one row per protection, with accuracy, cost and the attack beside its baseline
     for label in ("plain", "crypten (secret sharing)", "ckks sum (HE)", "secagg (masking)", "central DP, eps 8"):
         assert f"| {label} | 1 |" in stdout

@@ -111,6 +111,7 @@ def test_a_cell_key_changes_with_what_runs_not_with_where():
     # silently wrong before: one table row per label, one replicate per seed
     ("[[cells]]\nlabel = \"a\"\n[[cells]]\nlabel = \"a\"\nrounds = 3\n", "two cells are labelled 'a'"),
     ("[sweep]\nseeds = [0, 0]\n", "seeds [0, 0] name a seed twice"),
+    ("[sweep]\nwarmup = \"yes\"\n", "[sweep] warmup must be true or false, got 'yes'"),
 ])
 def test_a_malformed_file_names_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError) as e:
@@ -374,6 +375,38 @@ def test_a_column_no_record_has_is_warned_and_a_line_plot_needs_a_numeric_x(fini
     shutil.rmtree(tmp_path / "results")
     with pytest.raises(ConfigError, match="plot line.png: x 'method' must be a numeric column; the cells have fedavg, local"):
         report(copied(finished, tmp_path, planetoid_root, line))
+
+
+def test_a_title_names_the_datasets_the_records_ran_on():
+    from privfgl.sweep.report import titled
+    assert titled("FedAvg on {dataset}", [{"dataset": "cora"}, {"dataset": "cora"}]) == "FedAvg on Cora"
+    assert titled("FedAvg on {dataset}", [{"dataset": "citeseer"}, {"dataset": "sbm"}]) == \
+        "FedAvg on CiteSeer, synthetic graph 'sbm'"
+    assert titled("FedAvg on Cora", [{"dataset": "sbm"}]) == "FedAvg on Cora"  # no placeholder: as written
+
+
+def test_warmup_runs_each_cell_once_untimed_and_unrecorded_before_its_timed_runs(tmp_path, planetoid_root,
+                                                                                monkeypatch):
+    """[sweep] warmup = true: a cell's first timed run no longer carries the process's start-up (the
+    quickstart's seconds read as the cost of a protection, not of whichever backend ran first)."""
+    import privfgl.experiment
+    from privfgl.sweep import runner
+    monkeypatch.setattr(runner, "_WARMED", set())
+    calls = []
+    real = privfgl.experiment.run
+    monkeypatch.setattr(privfgl.experiment, "run", lambda cfg, data=None: calls.append((cfg.method, cfg.rounds,
+                                                                                        cfg.seed)) or real(cfg, data))
+    sweep = small(tmp_path, planetoid_root, SMALL.replace('seeds = [0, 1]', 'seeds = [0, 1]\nwarmup = true'))
+    assert sweep.warmup and run_sweep(sweep, progress=False) == []
+    assert calls == [("fedavg", 1, 0), ("fedavg", 2, 0), ("fedavg", 2, 1), ("local", 1, 0), ("local", 2, 0),
+                     ("local", 2, 1)]
+    records = sorted((sweep.results / "records").rglob("*.json"))
+    assert len(records) == 4 and all(json.loads(p.read_text())["config"]["rounds"] == 2 for p in records)
+    calls.clear()
+    (sweep.results / "records" / sweep.cells[1].key / "seed1.json").unlink()
+    assert run_sweep(sweep, progress=False) == [] and calls == [("local", 2, 1)]  # warm already in this process
+    off = small(tmp_path, planetoid_root)
+    assert not off.warmup  # the default: no extra run
 
 
 def test_parallel_jobs_write_the_same_records(finished, tmp_path, planetoid_root):

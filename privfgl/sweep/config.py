@@ -7,6 +7,8 @@
     columns = ["test_acc", "epsilon"]   # the Markdown table's metric columns (default: see report.py)
     doc = "docs/sweeps.md"              # the report rewrites this sweep's block in that page
     headers = { "attacks.0.metrics.auc" = "AUC" }   # a column's title in the Markdown table (optional)
+    title = "FedAvg on {dataset}"       # tables and plots; {dataset}: the datasets the records ran on
+    warmup = true                       # one untimed 1-round run per cell first (seconds without start-up)
 
     [base]                              # run options of every cell (the run record's config keys),
     method = "dp-fedavg"                # plus `attacks` (specs as for `privfgl audit --attack`),
@@ -100,6 +102,7 @@ class Sweep:
     title: str = ""
     doc: str | None = None         # a docs page whose block for this sweep the report rewrites
     headers: dict = field(default_factory=dict)  # column -> its title in the Markdown table
+    warmup: bool = False           # one untimed, unrecorded 1-round run per cell (and process) before its timed runs
     tasks: tuple[tuple[Cell, int], ...] = field(init=False, default=())
 
     def __post_init__(self):
@@ -163,10 +166,12 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
         raise ConfigError(f"sweep config {path}: unknown table(s) {', '.join(unknown)}; valid: sweep, base, grid, "
                           "cells, plots")
     head = data.get("sweep", {})
-    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title", "doc", "headers"})
+    bad = sorted(set(head) - {"name", "results", "seeds", "columns", "title", "doc", "headers", "warmup"})
     if bad:
         raise ConfigError(f"sweep config {path}: unknown [sweep] key(s) {', '.join(bad)}; valid: name, results, "
-                          "seeds, columns, title, doc, headers")
+                          "seeds, columns, title, doc, headers, warmup")
+    if not isinstance(head.get("warmup", False), bool):
+        raise ConfigError(f"sweep config {path}: [sweep] warmup must be true or false, got {head['warmup']!r}")
     headers = head.get("headers", {})
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ConfigError(f"sweep config {path}: [sweep] headers must map columns to titles (strings), got {headers!r}")
@@ -221,7 +226,8 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
                           "(docs/sweeps.md)")
     return Sweep(name=name, source=path, results=Path(results or head.get("results") or f"runs/{name}"),
                  seeds=tuple(seeds), cells=tuple(cells), columns=tuple(columns), plots=plots,
-                 title=str(head.get("title", "")), doc=head.get("doc"), headers=dict(headers))
+                 title=str(head.get("title", "")), doc=head.get("doc"), headers=dict(headers),
+                 warmup=head.get("warmup", False))
 
 
 def _plot(path: Path, p: dict) -> PlotSpec:

@@ -188,8 +188,21 @@ def markdown(sweep: Sweep, summary: list[dict]) -> str:
                  for c in cols]
         lines.append(f"| {s['cell']} | {s['seeds']} | " + " | ".join(cells) + " |")
     seeds = ", ".join(map(str, sweep.seeds))
-    return (f"{sweep.title or 'Sweep ' + sweep.name}: mean ± std over seeds ({seeds}); config "
+    return (f"{titled(sweep.title, summary) or 'Sweep ' + sweep.name}: mean ± std over seeds ({seeds}); config "
             f"`{shown(sweep.source)}`, records in `{shown(sweep.results)}/records/`.\n\n" + "\n".join(lines) + "\n")
+
+
+def titled(title: str, summary: list[dict]) -> str:
+    """`title` with `{dataset}` replaced by the datasets the records ran on: a real one by its name
+    (Cora), a synthetic one said to be one ("synthetic graph 'sbm'"), so that a sweep run on a
+    stand-in never reads as the real dataset."""
+    if "{dataset}" not in title:
+        return title
+    from privfgl.data import DATASETS
+    names = dict.fromkeys(str(s["dataset"]) for s in summary if s.get("dataset") is not None)
+    shown = [DATASETS[n.lower()].folder if n.lower() in DATASETS else f"synthetic graph '{n}'"  # folder: PyG's name
+             for n in names]
+    return title.replace("{dataset}", ", ".join(shown) or "no dataset")
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
@@ -225,10 +238,10 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
                                   [s.get(f"{y}:baseline") for s in summary], [s.get(f"paper:{y}") for s in summary])
                       for y in spec.y]
             plots.bar_panels([s["cell"] for s in summary], panels, path,
-                             title=f"{spec.title or sweep.title or sweep.name} ({note})")
+                             title=f"{titled(spec.title or sweep.title, summary) or sweep.name} ({note})")
         else:
-            _line(plots, dataclasses.replace(spec, title=spec.title or sweep.title or sweep.name), summary,
-                  path, note, label)
+            _line(plots, dataclasses.replace(spec, title=titled(spec.title or sweep.title, summary) or sweep.name),
+                  summary, path, note, label)
         written.append(path)
     return written
 

@@ -3,6 +3,7 @@ worker processes (one torch thread each). A record is written atomically when it
 sweep killed at any point resumes with exactly the missing pairs and never reads a partial record."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import multiprocessing
@@ -160,10 +161,27 @@ def check_spent(cell: Cell, sigma: float | None, spent: float | None) -> None:
                            "no record written")
 
 
-def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool) -> Path:
-    """Run (cell, seed) and write its record; returns the record's path."""
+_WARMED: set[str] = set()  # the cells (keys) this process has run a warm-up of
+
+
+def warm_up(cell: Cell, seed: int, threads: int | None) -> None:
+    """Once per cell and process: one 1-round run of `cell`, neither timed nor recorded, so that the
+    imports, the dataset's first load, the partition cache and the backend's first-call set-up land
+    here and not in the first timed run's seconds ([sweep] warmup = true)."""
+    if cell.key in _WARMED:
+        return
+    from privfgl.experiment import run
+    cfg, _ = run_config(cell, seed, threads, progress=False)
+    run(dataclasses.replace(cfg, rounds=1, transcript="none"))
+    _WARMED.add(cell.key)
+
+
+def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool, warmup: bool = False) -> Path:
+    """Run (cell, seed) and write its record, after the cell's warm-up with `warmup`; returns the record's path."""
     from privfgl.experiment import run
     from privfgl.results import write_record
+    if warmup:
+        warm_up(cell, seed, threads)
     cfg, sigma = run_config(cell, seed, threads, progress)
     attacks = cell.options.get("attacks") or []
     record, setup = run(cfg)
@@ -188,10 +206,10 @@ def _start_worker(stop) -> None:
     signal.signal(signal.SIGTERM, _interrupted)
 
 
-def _worker(cell: Cell, seed: int, results: str) -> str:
+def _worker(cell: Cell, seed: int, results: str, warmup: bool) -> str:
     if _STOP is not None and _STOP.is_set():
         raise KeyboardInterrupt
-    return str(run_one(cell, seed, Path(results), threads=1, progress=False))
+    return str(run_one(cell, seed, Path(results), threads=1, progress=False, warmup=warmup))
 
 
 def _interrupted(signum, frame) -> None:
@@ -213,7 +231,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
         for cell, seed in todo:
             bar.set_postfix_str(f"{cell.label}, seed {seed}")
             try:
-                run_one(cell, seed, sweep.results, threads=None, progress=progress)
+                run_one(cell, seed, sweep.results, threads=None, progress=progress, warmup=sweep.warmup)
             except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
                 failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
             bar.update()
@@ -222,7 +240,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
         stop = context.Event()
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(stop,))
         try:
-            pending = {pool.submit(_worker, cell, seed, str(sweep.results)): (cell, seed) for cell, seed in todo}
+            pending = {pool.submit(_worker, cell, seed, str(sweep.results), sweep.warmup): (cell, seed)
+                       for cell, seed in todo}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -246,4 +265,4 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
     return failures
 
 
-__all__ = ["check_cells", "missing", "record_path", "run_config", "run_one", "run_sweep"]
+__all__ = ["check_cells", "missing", "record_path", "run_config", "run_one", "run_sweep", "warm_up"]

@@ -207,7 +207,7 @@ class ClientGroup:
     def mask(self, inboxes: dict[int, dict[int, bytes]], grid, inputs, outputs) -> dict:
         """Round 3: client u encodes ``inputs[u]`` on ``grid`` into ``outputs[u]`` (a ring vector it owns)
         and masks it there with the shares in its inbox: u -> (outputs[u], now its masked vector y)."""
-        return self._run(inboxes, lambda c, inbox: c.masked_input(inbox, grid.encode(c.index, inputs[c.index],
+        return self._run(inboxes, lambda c, inbox: c.masked_input(inbox, grid.encode(inputs[c.index],
                                                                                      outputs[c.index])))
 
     def premask(self, inboxes: dict[int, dict[int, bytes]], n: int, dtype) -> dict:
@@ -224,7 +224,7 @@ class ClientGroup:
         """Round 3 after ``premask``: client u encodes ``inputs[u]`` into ``outputs[u]`` and adds its prepared
         mask vector there (the same y as ``mask``: addition in Z_{2^b}); each mask is used once."""
         def step(c, _):
-            y = grid.encode(c.index, inputs[c.index], outputs[c.index])
+            y = grid.encode(inputs[c.index], outputs[c.index])
             y += self.masks.pop(c.index)  # wraps mod 2^b
             return y
 

@@ -276,7 +276,7 @@ def client_sum(channel: _Channel, u: int, protocol: SecAggProtocol, num_clients:
                 commitment, sealed = me.share_keys(keys)
                 payload = commitment + b"".join(sealed[v] for v in sorted(sealed))
             elif r == 3:
-                y = me.masked_input(_sealed_by(incoming, 0), grid.encode(u, x))
+                y = me.masked_input(_sealed_by(incoming, 0), grid.encode(x))
                 payload = y.astype(y.dtype.newbyteorder("<")).tobytes()
             else:
                 b_wanted, s_wanted = _parse_request(incoming)
@@ -593,7 +593,7 @@ class SecAggSession(PartyProcesses, SecAggProtocol):
         K = len(values)
         grid = make_grid(self.bits, self.clip_range, self.frac_bits, K, integer)
         for u, x in enumerate(values):  # the range check before any party sees data
-            grid.encode(u, x)
+            grid.encode(x)
         self.setup(K)  # parameter errors (threshold > holders) before any process starts
         drops = self._drops(K)
         if self._stale or K != self.num_clients or not self._processes:

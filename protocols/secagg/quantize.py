@@ -51,8 +51,8 @@ class Grid:
         """Max abs error of the revealed sum of ``num_clients`` inputs: K * 2^-(f+1); 0 for integers."""
         return 0.0 if self.integer else self.num_clients * 2.0 ** -(self.frac_bits + 1)
 
-    def encode(self, k: int, x, out: np.ndarray | None = None) -> np.ndarray:
-        """Client k's flat input (a torch tensor or a numpy array: float64, or int64 for integer grids) ->
+    def encode(self, x, out: np.ndarray | None = None) -> np.ndarray:
+        """A client's flat input (a torch tensor or a numpy array: float64, or int64 for integer grids) ->
         its ring elements: a fresh array, or written into ``out`` (ring dtype, x's size; returned).
         Raises ProtocolError outside |x| <= limit."""
         a = x if isinstance(x, np.ndarray) else x.numpy()
@@ -66,13 +66,11 @@ class Grid:
         else:
             scale = 2.0**self.frac_bits
             scaled = np.multiply(a, scale, out=_scratch(a.size))
-            m = max(-float(scaled.min()), float(scaled.max())) / scale
-            if m == math.inf:  # |x| * 2^f overflowed float64: far out of range anyway
-                m = max(-float(a.min()), float(a.max()))
+            m = max(-float(scaled.min()), float(scaled.max())) / scale  # inf if |x| * 2^f overflowed: out of range
         if m > self.limit:
             what = "integer range" if self.integer else f"clip range (clip_range={self.limit:g})"
             raise ProtocolError(
-                f"contributions[{k}] has |value| up to {m:.6g}, outside the secagg {what} |x| <= {self.limit:.6g} "
+                f"contributions: a client's contribution is outside the secagg {what} |x| <= {self.limit:.6g} "
                 f"for {self.num_clients} clients on a {self.bits}-bit ring; scale the inputs down, raise "
                 "clip_range or use bits=64"
             )

@@ -11,6 +11,7 @@ from privfgl.methods.fedlog.client import FedLoGClient, initial_synthetic
 from privfgl.methods.fedlog.generator import NeighbourGenerator, flat_params
 from privfgl.methods.fedlog.model import PrototypeInteraction, gate, mix
 from privfgl.methods.fedlog.params import resolve_params
+from tests.record_checks import assert_per_client_values_are_auditor_only
 from tests.view_checks import class_rates, holds
 
 SMALL = {"s": 4, "hidden": 32, "embed_dim": 16, "generator_epochs": 3, "generator_gnns": 2,
@@ -83,6 +84,16 @@ def test_a_run_learns_and_reports_its_class_support(plain_run, sbm):
     assert m["test_acc"] > 0.5 and len(m["curve"]) == 3
     assert m["fedlog"]["class_contributors"] == [sum(int(bool((c.y[c.train_mask] == k).any())) for c in setup.clients)
                                                  for k in range(setup.num_classes)]
+
+
+def test_per_client_values_are_auditor_only_and_pretraining_time_is_summed(plain_run):
+    """Each client's curriculum and warm-up are named auditor-only; its generator-pretraining time
+    (which says how much data it holds) is reported only summed over the clients (issue #40)."""
+    record, _ = plain_run
+    assert {"metrics.fedlog.gamma_mean", "metrics.fedlog.warmup_epochs_run"} <= set(record["privacy"]["auditor_only"])
+    generators = record["time"]["caches"]["generators"]
+    assert set(generators) == {"hit", "miss", "seconds"} and generators["hit"] + generators["miss"] == 3
+    assert_per_client_values_are_auditor_only(record)
 
 
 def test_the_same_seed_gives_the_same_run(plain_run, sbm):
@@ -218,6 +229,7 @@ def test_a_run_is_the_same_whether_the_generators_come_from_the_cache_or_not(sbm
     monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path))
     miss, _ = fedlog(sbm, rounds=2, transcript="none")
     hit, _ = fedlog(sbm, rounds=2, transcript="none")
-    assert {g["cache"] for g in miss["time"]["caches"]["generators"]} == {"miss"}
-    assert {g["cache"] for g in hit["time"]["caches"]["generators"]} == {"hit"}
+    k = miss["config"]["clients"]
+    assert (miss["time"]["caches"]["generators"]["miss"], hit["time"]["caches"]["generators"]["hit"]) == (k, k)
+    assert hit["time"]["caches"]["generators"]["miss"] == 0
     assert miss["metrics"] == hit["metrics"]  # the cache's provenance sits under "time", not "metrics"

@@ -285,9 +285,9 @@ def test_input_errors(protocol_cache, key):
         protocol.aggregate([])
     with pytest.raises(ProtocolError, match=r"contributions\[2\] has shape \(3,\) but contributions\[0\] has shape \(2,\)"):
         protocol.aggregate([torch.zeros(2), torch.zeros(2), torch.zeros(3)])
-    with pytest.raises(ProtocolError, match=r"contributions\[1\] contains NaN"):
+    with pytest.raises(ProtocolError, match=r"a client's contribution contains NaN"):
         protocol.aggregate([torch.zeros(2), torch.tensor([0.0, float("nan")])])
-    with pytest.raises(ProtocolError, match=r"contributions\[0\] contains NaN or Inf"):
+    with pytest.raises(ProtocolError, match=r"a client's contribution contains NaN or Inf"):
         protocol.aggregate([torch.tensor([float("-inf"), 0.0]), torch.zeros(2)])
     with pytest.raises(ProtocolError, match="hold no values"):
         protocol.aggregate([torch.zeros(0), torch.zeros(0)])
@@ -303,15 +303,43 @@ def test_input_errors(protocol_cache, key):
 def test_out_of_range_raises_never_wraps(protocol_cache, key):
     protocol = protocol_cache(key)
     limit = BACKENDS[key][3]
-    with pytest.raises(ProtocolError, match=r"contributions\[1\] has \|value\| up to 1e\+30"):
+    with pytest.raises(ProtocolError, match=r"a client's contribution is outside the .* range \|x\| <= "):
         protocol.aggregate([torch.zeros(3, dtype=torch.float64), torch.tensor([0.0, 1e30, 0.0], dtype=torch.float64)])
     # Just inside the range is accepted ...
     inside = torch.full((3,), limit * 0.99, dtype=torch.float64)
     assert_within_bound(protocol.aggregate([inside]), [inside])
     # ... and each value in range with the sum just outside it (by 2 %) raises too.
     part = torch.full((3,), limit * 0.51, dtype=torch.float64)
-    with pytest.raises(ProtocolError, match="the sum reaches"):
+    with pytest.raises(ProtocolError, match=r"their sum is outside the .* range \|sum\| <= "):
         protocol.aggregate([part, part])
+
+
+def printed(value: float) -> set[str]:
+    """The ways a message could print `value` (f-string formats and repr)."""
+    return {f"{value:{spec}}" for spec in ("", "g", ".6g", ".4g", ".3g", ".2g", ".3e", ".2f")} | {repr(value)}
+
+
+@pytest.mark.parametrize("key", [*SECURE_KEYS, *SECAGG])
+def test_a_range_error_names_the_range_but_no_clients_value(protocol_cache, key):
+    """A range error reaches logs, and under secagg's mode=multiprocess the server (the client process
+    sends it there): it names the input and the valid range, never a client's max |x|, the sum's, nor
+    which client (issue #40)."""
+    protocol = protocol_cache(key) if key in BACKENDS else get_protocol("secagg", **SECAGG[key])
+    secret = 7.6543219e29  # one client's max |x|, outside every backend's range
+    xs = [torch.zeros(3, dtype=torch.float64), torch.tensor([0.0, -secret, 1.0], dtype=torch.float64)]
+    with pytest.raises(ProtocolError) as caught:
+        protocol.aggregate(xs)
+    message = str(caught.value)
+    assert "range" in message and "|x| <= " in message
+    assert not {p for p in printed(secret) if p in message}, message
+    assert "contributions[1]" not in message and "client1" not in message
+    if key in BACKENDS:  # each input in range, their sum out of it: the sum's size is not printed either
+        limit = BACKENDS[key][3]
+        part = torch.tensor([limit * 0.6125, 0.0], dtype=torch.float64)
+        with pytest.raises(ProtocolError) as caught:
+            protocol.aggregate([part, part])
+        message = str(caught.value)
+        assert "|sum| <= " in message and not {p for p in printed(limit * 1.225) if p in message}, message
 
 
 def test_plain_integer_overflow_raises(protocol_cache):

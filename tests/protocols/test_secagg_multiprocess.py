@@ -62,8 +62,9 @@ def test_multiprocess_equals_inprocess(session):
     # The masked vectors the server received are not the inputs.
     y = next(t for t in mp_result.received("server") if t.step == "input" and t.sender == "client0").blobs[0]
     assert np.frombuffer(y, "<u4").astype(np.int64).tolist() != (ints[0] % 2**32).tolist()
-    with pytest.raises(ProtocolError, match="outside the secagg clip range"):
-        session.aggregate([torch.full((3,), 1e6, dtype=torch.float64)] * 3)
+    with pytest.raises(ProtocolError, match="outside the secagg clip range") as caught:
+        session.aggregate([torch.full((3,), 1234567.5, dtype=torch.float64)] * 3)
+    assert "1.23457e+06" not in str(caught.value) and "1234567" not in str(caught.value)
     with pytest.raises(ProtocolError, match="reveal_to"):
         session.aggregate(floats, reveal_to="clients")
     with pytest.raises(ProtocolError, match="unknown parameter.*faults"):

@@ -106,7 +106,7 @@ def _upload(setup: Setup, views: list[ClientView], p: OPFGLParams):
     if bits:  # whoever opens the sum: back onto the grid, exact while the protocol's error < half a step
         bound, half_step = fed.error_bounds["class_stats"], 2.0 ** -(bits + 1)
         if bound >= half_step:
-            raise ValueError(f"opfgl: the {fed.protocol.name} error bound {bound:.3g} on the class statistics is not "
+            raise ValueError(f"opfgl: the {fed.protocol.name} error bound on the class statistics is not "
                              f"below half the grid step 2^-{bits + 1} = {half_step:.3g}, so rounding could not "
                              f"recover the exact sum; lower stats_frac_bits (valid: 1..{bits - 1}) or set it to 0 "
                              "(no grid: the protocol's error reaches the condensation)")
