@@ -180,16 +180,17 @@ def test_power_on_a_strong_gaussian_fdp_beats_one_run_which_is_well_above_zero()
     assert audit.fdp_epsilon > audit.one_run_epsilon + 2.0  # measured 6.26
 
 
-@pytest.mark.parametrize("eps_true", [8.0, 2.0])
-def test_per_round_gdp_composed_over_20_steps_reaches_three_quarters_of_the_true_epsilon(eps_true):
-    steps, n = 20, 1000
+@pytest.mark.parametrize("eps_true, n", [(8.0, 1000), (2.0, 20_000)])
+def test_per_round_gdp_composed_over_20_steps_reaches_three_quarters_of_the_true_epsilon(eps_true, n):
+    # n observations per step in each world; at ε = 2, 1000 give the valid bound only ~0.54×
+    steps = 20
     mu_step = gdp_mu(eps_true, DELTA) / math.sqrt(steps)
     rng = np.random.default_rng(0)
     audit = per_round_gdp_audit(mu_step + rng.standard_normal((steps, n)), rng.standard_normal((steps, n)),
                                 steps, DELTA)
-    assert audit.epsilon_lower_parametric >= 0.75 * eps_true
-    assert audit.epsilon_lower <= audit.epsilon_estimate
-    assert audit.epsilon_estimate == pytest.approx(eps_true, rel=0.15)
+    assert audit.epsilon_lower >= 0.75 * eps_true
+    assert audit.epsilon_lower <= audit.epsilon_lower_parametric <= audit.epsilon_estimate
+    assert audit.epsilon_estimate == pytest.approx(eps_true, rel=0.1)
 
 
 def test_gaussian_fit_estimate_recovers_the_gaussian_epsilon_of_its_canaries():
