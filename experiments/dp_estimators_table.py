@@ -43,7 +43,8 @@ def validity(audits: int = 200) -> None:
     rows.append(("f-DP μ, all 1000 guessed", "RR ε = 1 (μ = 2Φ⁻¹(e/(1+e)))", mu_rr, b))
     eps_g = gdp_epsilon(2.0, DELTA)
     a = [one_run_audit(*gaussian_game(2.0, 1000, i), grid=(10, 50, 100), delta=DELTA) for i in range(audits)]
-    rows.append(("one-run ε, grid k ∈ {10, 50, 100}", "Gaussian μ = 2, m = 1000", eps_g, [x.one_run_epsilon for x in a]))
+    rows.append(("one-run ε, grid k ∈ {10, 50, 100}", "Gaussian μ = 2, m = 1000", eps_g,
+                 [x.one_run_epsilon for x in a]))
     rows.append(("f-DP ε, grid k ∈ {10, 50, 100}", "Gaussian μ = 2, m = 1000", eps_g, [x.fdp_epsilon for x in a]))
     b = [one_run_fdp_mu(2000, *guess_counts(*gaussian_game(1.0, 2000, i), 50, 50)) for i in range(audits)]
     rows.append(("f-DP μ, k = 50", "Gaussian μ = 1, m = 2000", 1.0, b))

@@ -177,7 +177,7 @@ def one_run_fdp_mu(m: int, r: int, v: int, confidence: float = 0.95) -> float:
 def one_run_fdp_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
     """`one_run_fdp_mu` as ε at δ (`gdp_epsilon`): a valid lower bound on the ε at δ of the tightest
     Gaussian trade-off curve the mechanism can satisfy; NOT a bound on a non-Gaussian mechanism's
-    (ε, δ) (e.g. randomised response at ε₀ is only 2Φ⁻¹(e^ε₀/(1+e^ε₀))-GDP, whose ε at small δ exceeds ε₀)."""
+    (ε, δ): randomised response at ε₀ is only 2Φ⁻¹(e^ε₀/(1+e^ε₀))-GDP, whose ε at small δ exceeds ε₀."""
     return gdp_epsilon(one_run_fdp_mu(m, r, v, confidence), delta)
 
 
