@@ -1,0 +1,1 @@
+"""DP audits: estimators and canaries."""
