@@ -7,6 +7,7 @@ import time
 import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
+from attacks.dp.dp_audit import DPAudit
 from attacks.dp_collusion import DPCollusion
 from attacks.dp_noise_removal import DPNoiseRemoval
 from attacks.edge_recovery import EdgeRecovery
@@ -34,7 +35,7 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "split-topology": SplitTopology, "split-decoder": SplitDecoder,
                                     "membership": Membership, "link-stealing": LinkStealing,
                                     "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
-                                    "dp-collusion": DPCollusion}
+                                    "dp-collusion": DPCollusion, "dp-audit": DPAudit}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -79,6 +80,12 @@ def check_audit(attacks: list[Attack], party: str, num_clients: int, canaries: i
         if any(k >= num_clients for k in named):
             raise ValueError(f"attack {attack.name}: clients={'+'.join(map(str, named))}: the run has {num_clients} "
                              f"clients (indices 0 to {num_clients - 1})")
+
+
+def prepare_attacks(attacks: list[Attack], method: str):
+    """The hooks that run on the setup before the method (`run(cfg, prepare=...)`): each attack's
+    `prepare(setup, method)` where it has one (dp-audit adds its canary clients)."""
+    return [lambda setup, a=a: a.prepare(setup, method) for a in attacks if hasattr(a, "prepare")]
 
 
 def public_knowledge(setup, run_config) -> Knowledge:
@@ -146,7 +153,9 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "membership": ("auc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.1", "epsilon_lb", "accountant_epsilon", "dp_covers"),
              "link-stealing": ("auc", "ap"), "edge-recovery": ("auc", "ap", "dm_auc", "exact_precision"),
              "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error"),
-             "dp-collusion": ("remaining_ratio", "noise_removed")}
+             "dp-collusion": ("remaining_ratio", "noise_removed"),
+             "dp-audit": ("epsilon_lower_bound", "epsilon_accountant", "one_run_epsilon", "one_run_fdp_epsilon",
+                          "gdp_epsilon_estimate", "gaussian_fit_epsilon_estimate")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:
