@@ -607,6 +607,21 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'share = share_fraction(K, c)',
      'share = 1.0 / K',
      ['tests/attacks/test_dp_audits.py', '-k', 'opfgl']),
+    ("DA1", "Gaussian noise at half the calibrated std (dp-audit's canaries see the larger signal)",
+     "privfgl/privacy/mechanisms.py", "return source.gaussian(shape, self.std * share ** 0.5)",
+     "return source.gaussian(shape, self.std * share ** 0.5 / 2)", ["tests/attacks/test_dp_audit_fedavg.py"]),
+    ("DA2", "clipping skipped (every clip factor 1): a canary's raw 10·C update reaches the sum",
+     "privfgl/privacy/clipping.py", "return torch.clamp(bound / norms.clamp(min=torch.finfo(norms.dtype).tiny), max=1.0)",
+     "return torch.ones_like(norms)", ["tests/attacks/test_dp_audit_fedavg.py"]),
+    ("DA3", "the accountant counts half the Gaussian releases",
+     "privfgl/privacy/accounting.py", "steps = [(s, q, n) for (s, q), n in self.gaussian.items()]",
+     "steps = [(s, q, max(1, n // 2)) for (s, q), n in self.gaussian.items()]", ["tests/attacks/test_dp_audit_fedavg.py"]),
+    ("DA4", "DP-FedAvg claims amplification by sampling under plain, where the server sees who took part",
+     "privfgl/methods/dp_fedavg.py", "    if protocol == \"plain\":\n        return 1.0, NO_AMPLIFICATION",
+     "    if protocol == \"never\":\n        return 1.0, NO_AMPLIFICATION", ["tests/attacks/test_dp_audit_fedavg.py"]),
+    ("DA5", "distributed shares sized against the server alone, not the protocol's tolerated coalition",
+     "privfgl/privacy/shares.py", "c = tolerated if requested is None else requested",
+     "c = 0 if requested is None else requested", ["tests/attacks/test_dp_audit_fedavg.py"]),
 ]
 
 
