@@ -4,8 +4,9 @@ Privacy Estimation for Federated Learning", ICLR 2024).
 N canary clients join a DP-FedAvg federation. Canary j has a fixed random unit direction u_j in the
 model-update space (dimension d, the runtime's flat layout: fields sorted by name) and is included by
 an independent fair coin b_j (the auditor's secret). An included canary that is sampled in a round
-(rate q, as every client) uploads scale·C·u_j (norm scale·C ≥ C): the run's own clip (MessageDP.clip_rows,
-the clipping every client's upload goes through) leaves exactly C·u_j, which joins the round's sum
+(rate q, as every client) uploads scale·C·ς_tj·u_j (norm scale·C ≥ C; ς_tj = ±1 a public per-round sign
+from [seed, 0x516, t]): the run's own clip (MessageDP.clip_rows, the clipping every client's upload goes
+through) leaves exactly C·ς_tj·u_j (ς_tj = +1 when unsigned: view=final), which joins the round's sum
 before the central noise (mode=central) or beside the K clients' noise shares (mode=distributed: the
 canaries add no share, so the noise on the sum is the K clients' as accounted). A canary holds no
 nodes, never enters accuracy, is not in the server's divisor q·|S| (S the real survivors), and sends no
@@ -16,7 +17,10 @@ Directions are sparse: `support` coordinates drawn without repetition, random si
 (a random unit direction from a seeded generator: numpy's PCG64 from [seed, 0xCA7]); the N × support
 indices and signs are held, never an N × d matrix. With d ≫ support, two canaries overlap in
 support²/d coordinates on average, so ⟨u_i, u_j⟩ ≈ 0 as for dense random directions, and the noise's
-projection on u_j is N(0, (σC)²) exactly whatever u_j is.
+projection on u_j is N(0, (σC)²) exactly whatever u_j is. The signs make what is constant over the
+rounds (the other canaries' small overlaps with u_j, the real clients' slowly moving update) add up
+like noise (√T) in the sign-corrected sum over rounds instead of coherently (T) like the canary's own
+C per round.
 """
 from __future__ import annotations
 
@@ -69,6 +73,11 @@ class CanaryDirections:
         return torch.stack([(row[self.indices] * self.signs).sum(1) for row in v])
 
 
+def round_signs(seed: int, round: int, count: int) -> np.ndarray:
+    """ς_t [N] in {−1, +1}: the canaries' public signs of round t."""
+    return np.random.default_rng([seed, 0x516, round]).integers(0, 2, size=count) * 2 - 1
+
+
 class CanaryClients:
     """The N canary parties of one run (the runtime side): their directions, coins and per-round
     sampling. `coins` [N] bool is the auditor's secret. Every canary is sampled in round t at rate q
@@ -78,8 +87,9 @@ class CanaryClients:
 
     message = MESSAGE
 
-    def __init__(self, count: int, seed: int, scale: float, support: int, sample_rate: float):
+    def __init__(self, count: int, seed: int, scale: float, support: int, sample_rate: float, signed: bool = True):
         self.count, self.seed, self.scale, self.support, self.sample_rate = count, seed, scale, support, sample_rate
+        self.signed = signed  # per-round public signs (a final-model statistic needs them all +1)
         self.coins = np.random.default_rng([seed, 0xC01]).random(count) < 0.5
         self.directions: CanaryDirections | None = None  # drawn at the first sum (d is the model's)
         self.sampled: dict[int, np.ndarray] = {}
@@ -94,14 +104,19 @@ class CanaryClients:
         sampled = np.random.default_rng([self.seed, 0x5A3, round]).random(self.count) < self.sample_rate
         self.sampled[round] = sampled
         rows = torch.from_numpy(np.flatnonzero(self.coins & sampled))
-        raw = self.directions.signs[rows] * (self.scale * dp.spec.clip)  # row norm scale·C (distinct coordinates)
+        sign = torch.from_numpy(self.signs(round)[rows.numpy()]).double()
+        raw = self.directions.signs[rows] * sign[:, None] * (self.scale * dp.spec.clip)  # norm scale·C (distinct coords)
         clipped = dp.clip_rows(raw)
         out = torch.zeros(dimension, dtype=torch.float64)
         return out.index_add_(0, self.directions.indices[rows].reshape(-1), clipped.reshape(-1))
 
+    def signs(self, round: int) -> np.ndarray:
+        """ς_t [N]: round_signs, or all +1 when unsigned."""
+        return round_signs(self.seed, round, self.count) if self.signed else np.ones(self.count, dtype=np.int64)
+
     def record(self) -> dict:
         """The run record's `canary_clients` block (no coins: they are the audit's secret)."""
         return {"inserted": self.count, "message": self.message, "raw_norm_over_clip": self.scale,
-                "support": self.support, "sample_rate": self.sample_rate, "seed": self.seed,
+                "support": self.support, "signed": self.signed, "sample_rate": self.sample_rate, "seed": self.seed,
                 "note": "canary clients hold no nodes and never enter accuracy; their clipped inputs are in the "
                         "revealed sums (attacks/dp/canary_clients.py)"}

@@ -11,8 +11,10 @@ attacks/dp/estimators.py, from the adversary's view only.
   highest client indices as in attacks/dp_collusion.py; they subtract their own noise shares, every round.
 
 Statistic. Δ_t = w_{t+1} − w_t of the released models, times the public divisor q·|S_t|/η (the noised sum
-of round t), minus the coalition's own noise; per round o_tj = ⟨Δ_t, u_j⟩/C (1 + N(0, σ²) for a sampled
-in-canary, N(0, σ²) otherwise, up to the real clients' and other canaries' tiny projections). Score of
+of round t), minus the coalition's own noise; per round o_tj = ς_tj⟨Δ_t, u_j⟩/C, ς_tj canary j's public
+sign of round t (view=rounds; +1 under view=final, whose statistic needs a constant direction): 1 + N(0, σ²)
+for a sampled in-canary, N(0, σ²) otherwise, up to the real clients' and other canaries' tiny
+projections. Score of
 canary j: the log-likelihood-ratio order Σ_t o_tj − n_j/2 over the n_j rounds it may have taken part in
 (all rounds, or under a visible sample the rounds it was sampled). view=final: the cosine of u_j with
 w_T − w_0 (Andrew et al.'s statistic).
@@ -61,6 +63,7 @@ class AuditAux:
     clip: float
     view: str
     colluders: tuple[int, ...]
+    signs: tuple[np.ndarray, ...]  # ς_t [N] per round (public design)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class DPAudit(Attack):
     name = "dp-audit"
 
     def __init__(self, canaries: int = 1000, view: str = "rounds", seed: int = 0, scale: int | str = 10,
-                 support: int = 64, colluders: int | None = None, confidence: float | str = 0.95):
+                 support: int = 128, colluders: int | None = None, confidence: float | str = 0.95):
         if not isinstance(canaries, int) or canaries < 4:
             raise ValueError(f"canaries={canaries!r}: expected an integer >= 4")
         if view not in VIEWS:
@@ -126,7 +129,7 @@ class DPAudit(Attack):
         if fed.dp is None or not fed.dp.applies_to(MESSAGE) or fed.dp.spec.mechanism != "gaussian":
             raise ValueError("dp-audit: needs --dp gaussian:...,on=update (DP-FedAvg's client-level DP)")
         q = dp_fedavg_params(setup.method.params)["q"]
-        self.clients = CanaryClients(self.canaries, self.seed, self.scale, self.support, q)
+        self.clients = CanaryClients(self.canaries, self.seed, self.scale, self.support, q, signed=self.view == "rounds")
         fed.canaries = self.clients
         setup.extras["canary_clients"] = self.clients
         K = len(setup.clients)
@@ -151,7 +154,9 @@ class DPAudit(Attack):
         noise = None
         if dp.coalition:
             noise = tuple(flatten(dp.coalition_noise[i])[0] for i in range(len(rounds)))
-        return AuditAux(self.clients.directions, divisors, sampled, noise, dp.spec.clip, self.view, dp.coalition)
+        signs = tuple(self.clients.signs(r) for r in rounds)
+        return AuditAux(self.clients.directions, divisors, sampled, noise, dp.spec.clip, self.view, dp.coalition,
+                        signs)
 
     def attack(self, view: AdversaryView, aux: AuditAux) -> AuditScores:
         receiver = view.party if view.party != SERVER else client_name(0)
@@ -168,7 +173,7 @@ class DPAudit(Attack):
         sums = torch.stack([(b - a) * d for a, b, d in zip(models, models[1:], aux.divisors)])
         if aux.coalition_noise is not None:
             sums = sums - torch.stack(aux.coalition_noise)
-        per_round = (u.project(sums) / aux.clip).numpy()
+        per_round = (u.project(sums) / aux.clip).numpy() * np.stack(aux.signs)
         possible = np.stack(aux.sampled) if aux.sampled is not None else np.ones(per_round.shape, dtype=bool)
         scores = (per_round * possible).sum(0) - possible.sum(0) / 2
         return AuditScores(scores, per_round, possible, cosines)
@@ -200,8 +205,8 @@ class DPAudit(Attack):
                    "one_run_fdp_epsilon": one_run_fdp_epsilon(m, *fdp, delta, conf), "one_run_fdp_k": k_fdp,
                    "one_run_fdp_correct": f"{fdp[1]}/{fdp[0]}",
                    "fdp_in_headline": gaussian_claim,
-                   "gaussian_fit_epsilon_estimate": gaussian_fit_epsilon(rec.cosines[c], aux.directions.dimension,
-                                                                         delta)}
+                   "gaussian_fit_epsilon_estimate": gaussian_fit_epsilon(
+                       self._fit_statistic(rec, c, aux.directions.dimension), aux.directions.dimension, delta)}
         if rec.per_round is not None:
             stat_in = rec.per_round[:, c][rec.possible[:, c]]
             stat_out = rec.per_round[:, ~c][rec.possible[:, ~c]]
@@ -212,3 +217,13 @@ class DPAudit(Attack):
         baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
                                                         "probability 1/2, whose bound at any k is 0"}
         return metrics, baseline
+
+    @staticmethod
+    def _fit_statistic(rec: AuditScores, coins: np.ndarray, dimension: int) -> np.ndarray:
+        """The in-canaries' statistics for Andrew et al.'s fit against N(0, 1/d): view=final their cosines;
+        view=rounds (signed canaries: the final delta holds no coherent canary) their sign-corrected sums
+        Σ_t o_tj divided by the out-canaries' spread and by √d (the out-canaries' null is then N(0, 1/d))."""
+        if rec.per_round is None:
+            return rec.cosines[coins]
+        total = (rec.per_round * rec.possible).sum(0)
+        return total[coins] / float(total[~coins].std(ddof=1)) / math.sqrt(dimension)
