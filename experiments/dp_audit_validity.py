@@ -27,8 +27,8 @@ def one_audit(epsilon: float, rounds: int, canaries: int, seed: int) -> dict:
     per_round = coins[None, :] + sigma * rng.standard_normal((rounds, canaries))
     possible = np.ones_like(per_round, dtype=bool)
     scores = per_round.sum(0) - rounds / 2
-    cosines = per_round.sum(0) / np.sqrt(rounds * sigma ** 2 * 10_000)  # stand-in: only the fit reads it
-    aux = AuditAux(CanaryDirections.draw(2, 10_000, 4, seed), (), None, None, 1.0, "rounds", ())
+    cosines = np.zeros(canaries)  # unused under view=rounds
+    aux = AuditAux(CanaryDirections.draw(2, 10_000, 4, seed), (), None, None, 1.0, "rounds", (), ())
     truth = AuditTruth(coins, gaussian_epsilon([(sigma, 1.0, rounds)], 1e-5), 1e-5, 1.0, rounds)
     metrics, _ = DPAudit(canaries=canaries, seed=seed).score(AuditScores(scores, per_round, possible, cosines),
                                                               truth, aux)
