@@ -171,7 +171,7 @@ def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress:
         from attacks import parse_attack
         from attacks.audit import prepare_attacks
         attacks = [parse_attack(a) for a in specs]
-    record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method) if attacks else ())
+    record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method)) if attacks else run(cfg)
     check_spent(cell, sigma, record["privacy"].get("epsilon"))
     if attacks:
         from attacks import run_attacks
