@@ -109,21 +109,21 @@ class DPAudit(Attack):
     def __init__(self, canaries: int = 1000, view: str = "rounds", seed: int = 0, scale: int | str = 10,
                  support: int = 128, colluders: int | None = None, confidence: float | str = 0.95):
         if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"canaries={canaries!r}: expected an integer >= 4")
+            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
         if view not in VIEWS:
-            raise ValueError(f"view={view!r}: valid: {', '.join(VIEWS)}")
+            raise ValueError(f"dp-audit: view={view!r}: valid: {', '.join(VIEWS)}")
         if not isinstance(support, int) or support < 1:
-            raise ValueError(f"support={support!r}: expected an integer >= 1")
+            raise ValueError(f"dp-audit: support={support!r}: expected an integer >= 1")
         try:
             scale, confidence = float(scale), float(confidence)
         except ValueError:
-            raise ValueError(f"scale={scale!r}, confidence={confidence!r}: expected numbers") from None
+            raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
         if not scale >= 1:
-            raise ValueError(f"scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
+            raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
         if not 0.5 < confidence < 1:
-            raise ValueError(f"confidence={confidence}: valid: in (0.5, 1)")
+            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
         if colluders is not None and (not isinstance(colluders, int) or colluders < 0):
-            raise ValueError(f"colluders={colluders!r}: expected an integer >= 0")
+            raise ValueError(f"dp-audit: colluders={colluders!r}: expected an integer >= 0")
         self.canaries, self.view, self.seed, self.scale, self.support = canaries, view, seed, scale, support
         self.colluders, self.confidence = colluders, confidence
         self.clients: CanaryClients | None = None
