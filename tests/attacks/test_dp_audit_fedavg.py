@@ -112,3 +112,16 @@ def test_bad_parameters_are_one_line_errors():
     from types import SimpleNamespace
     with pytest.raises(ValueError, match="dp-fedavg"):
         DPAudit().prepare(SimpleNamespace(federation=None), "fedavg")
+
+
+def test_false_positives_of_the_scoring_on_the_exact_gaussian_mechanism():
+    """30 mechanism-only audits (experiments/dp_audit_validity.py's simulation, DPAudit.score itself) of a
+    correctly accounted Gaussian mechanism: at most one 95 % bound above the accountant's ε."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+    from dp_audit_validity import one_audit
+    found = [one_audit(4.0, 10, 2000, seed) for seed in range(30)]
+    over = sum(f["epsilon_lower_bound"] > f["epsilon_accountant"] for f in found)
+    assert over <= 1
+    assert sum(f["epsilon_lower_bound"] for f in found) / 30 > 1.0  # and the bounds are not trivially 0
