@@ -150,7 +150,7 @@ def one_run_epsilon(m: int, r: int, v: int, delta: float = 0.0, confidence: floa
     return _largest_root(lambda e: alpha - one_run_p_value(m, r, v, e, delta), 0.0)
 
 
-def _gaussian_fdp_rejects(m: int, r: int, v: int, mu: float, alpha: float) -> float:
+def _gaussian_fdp_objective(m: int, r: int, v: int, mu: float, alpha: float) -> float:
     """> 0 iff the outcome rejects "μ-GDP" at level alpha. Mahloujifar, Melis, Chaudhuri (ICML 2025),
     the recursion of their capped reconstruction audit ('audit_rh_with_cap'; also jax_privacy's
     auditing.py) with the Gaussian trade-off: inverse blow-up x ↦ Φ(Φ⁻¹(x) − μ)."""
@@ -169,15 +169,15 @@ def one_run_fdp_mu(m: int, r: int, v: int, confidence: float = 0.95) -> float:
     μ the game's outcome rejects (0 if none). Same assumptions as `one_run_epsilon`."""
     _check_game(m, r, v)
     alpha = _check_confidence(confidence)
-    if r == 0 or _gaussian_fdp_rejects(m, r, v, 1e-9, alpha) <= 0:
+    if r == 0 or _gaussian_fdp_objective(m, r, v, 1e-9, alpha) <= 0:
         return 0.0
-    return _largest_root(lambda mu: _gaussian_fdp_rejects(m, r, v, mu, alpha), 1e-9)
+    return _largest_root(lambda mu: _gaussian_fdp_objective(m, r, v, mu, alpha), 1e-9)
 
 
 def one_run_fdp_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
     """`one_run_fdp_mu` as ε at δ (`gdp_epsilon`): a valid lower bound on the ε at δ of the tightest
     Gaussian trade-off curve the mechanism can satisfy; NOT a bound on a non-Gaussian mechanism's
-    (ε, δ) (e.g. randomised response at ε₀ is only 2Φ⁻¹(e^ε₀/(1+e^ε₀))-GDP, whose ε at small δ exceeds ε₀)."""
+    (ε, δ): randomised response at ε₀ is only 2Φ⁻¹(e^ε₀/(1+e^ε₀))-GDP, whose ε at small δ exceeds ε₀."""
     return gdp_epsilon(one_run_fdp_mu(m, r, v, confidence), delta)
 
 
@@ -206,14 +206,13 @@ def one_run_audit(scores, coins, grid, delta: float, confidence: float = 0.95) -
         raise ValueError("grid must name at least one k")
     m = int(np.asarray(scores).size)
     level = 1 - alpha / len(ks)
-    best = (0.0, ks[0], 0.0, ks[0])
+    one_run, fdp = [], []
     for k in ks:
         r, v = guess_counts(scores, coins, k, k)
-        eps = one_run_epsilon(m, r, v, delta, level)
-        eps_f = one_run_fdp_epsilon(m, r, v, delta, level)
-        best = (max(best[0], eps), k if eps > best[0] else best[1],
-                max(best[2], eps_f), k if eps_f > best[2] else best[3])
-    return OneRunAudit(best[0], best[1], best[2], best[3], m, confidence)
+        one_run.append(one_run_epsilon(m, r, v, delta, level))
+        fdp.append(one_run_fdp_epsilon(m, r, v, delta, level))
+    i, j = int(np.argmax(one_run)), int(np.argmax(fdp))
+    return OneRunAudit(one_run[i], ks[i], fdp[j], ks[j], m, confidence)
 
 
 # ---------------------------------------------------------------- per-step GDP (Nasr et al. 2023)
