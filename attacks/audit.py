@@ -7,6 +7,7 @@ import time
 import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
+from attacks.dp.dp_audit import DPAudit
 from attacks.dp_collusion import DPCollusion
 from attacks.crypten_seed_search import CryptenSeedSearch
 from attacks.dp_noise_removal import DPNoiseRemoval
@@ -36,7 +37,7 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "membership": Membership, "link-stealing": LinkStealing,
                                     "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
                                     "dp-collusion": DPCollusion,
-                                    "crypten-seed-search": CryptenSeedSearch}
+                                    "crypten-seed-search": CryptenSeedSearch, "dp-audit": DPAudit}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -81,6 +82,12 @@ def check_audit(attacks: list[Attack], party: str, num_clients: int, canaries: i
         if any(k >= num_clients for k in named):
             raise ValueError(f"attack {attack.name}: clients={'+'.join(map(str, named))}: the run has {num_clients} "
                              f"clients (indices 0 to {num_clients - 1})")
+
+
+def prepare_attacks(attacks: list[Attack], method: str):
+    """The hooks that run on the setup before the method (`run(cfg, prepare=...)`): each attack's
+    `prepare(setup, method)` where it has one (dp-audit adds its canary clients)."""
+    return [lambda setup, a=a: a.prepare(setup, method) for a in attacks if hasattr(a, "prepare")]
 
 
 def public_knowledge(setup, run_config) -> Knowledge:
@@ -149,7 +156,9 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "link-stealing": ("auc", "ap"), "edge-recovery": ("auc", "ap", "dm_auc", "exact_precision"),
              "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error"),
              "dp-collusion": ("remaining_ratio", "noise_removed"),
-             "crypten-seed-search": ("seed_found", "candidates", "recovered_fraction", "max_abs_error")}
+             "crypten-seed-search": ("seed_found", "candidates", "recovered_fraction", "max_abs_error"),
+             "dp-audit": ("epsilon_lower_bound", "epsilon_accountant", "one_run_epsilon", "one_run_fdp_epsilon",
+                          "gdp_epsilon_estimate", "gaussian_fit_epsilon_estimate")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

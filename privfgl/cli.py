@@ -19,7 +19,8 @@ from privfgl.errors import ConfigError
 # (tests/attacks/test_audit_cli.py checks that the two agree).
 ATTACK_NAMES = ("gradient-inversion", "label-inference", "stats-reconstruction", "membership", "link-stealing",
                 "edge-recovery", "he-key-recovery", "dp-noise-removal", "participation", "secagg-collusion",
-                "split-features", "split-labels", "split-topology", "split-decoder", "dp-collusion", "crypten-seed-search")
+                "split-features", "split-labels", "split-topology", "split-decoder", "dp-collusion", "crypten-seed-search",
+                "dp-audit")
 
 if TYPE_CHECKING:
     from privfgl.experiment import RunConfig
@@ -241,7 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """`privfgl run`, then the attacks on the adversary's view; findings land in the record's `attacks`."""
     from attacks import format_findings, parse_attack, run_attacks
-    from attacks.audit import check_audit
+    from attacks.audit import check_audit, prepare_attacks
     from privfgl.experiment import run
     from privfgl.results import format_table, write_record
     imports_done()
@@ -260,7 +261,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     check_outputs(args)
     if args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads
-    record, setup = run(cfg)
+    try:
+        record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method))
+    except ValueError as e:  # an attack's prepare refused the run (one line)
+        raise ConfigError(str(e)) from None
     record["attacks"] = [f.as_record() for f in run_attacks(setup, cfg, attacks, args.adversary)]
     if args.out:
         write_record(record, args.out)

@@ -393,8 +393,10 @@ def run_participation(absent: dict, rate: float, num_clients: int, seed: int):
     return mask
 
 
-def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
-    """Run one experiment; returns the run record (DESIGN.md schema) and the setup (transcript inside)."""
+def run(cfg: RunConfig, data=None, prepare=()) -> tuple[dict, Setup]:
+    """Run one experiment; returns the run record (DESIGN.md schema) and the setup (transcript inside).
+    `prepare`: callables given the setup before the method runs (an audit's canary clients:
+    attacks.audit.prepare_attacks)."""
     start = time.perf_counter()
     cfg.validate()  # before touching the thread count
     threads_before = torch.get_num_threads()
@@ -411,6 +413,8 @@ def run(cfg: RunConfig, data=None) -> tuple[dict, Setup]:
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         setup = build_setup(cfg, data)
+        for hook in prepare:
+            hook(setup)
         allocator = apply_allocator(cfg.allocator, setup.extras["num_nodes"] * max(cfg.hidden, setup.num_classes) * 4)
         seed_everything(cfg.seed)
         try:

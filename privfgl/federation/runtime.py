@@ -119,6 +119,10 @@ class Federation:
         self.absent = absent
         # (round, name) -> the clients whose input is in that revealed sum (survivors), for every sum.
         self.participation: dict[tuple[int, str], list[int]] = {}
+        # An auditor's canary clients (attacks/dp/canary_clients.py) or None: parties without data whose
+        # clipped inputs join the sum of `canaries.message` as the protocol's sum of K + N inputs would hold
+        # them (they send no protocol messages: bytes, timings and survivors are the K clients').
+        self.canaries = None
 
     @property
     def absent(self):
@@ -205,6 +209,8 @@ class Federation:
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
         total = unflatten(result.total, layout[0])
+        if self.canaries is not None and self.canaries.message == name:
+            total = unflatten(flatten(total)[0] + self.canaries.contribution(round, dp, result.total.numel()), layout[0])
         self._record_aggregation(round, name, contributions, result, total)
         if dp is not None:
             with self.timer.phase("dp_reveal"):

@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from privfgl.privacy.accounting import PrivacyAccountant
-from privfgl.privacy.clipping import clip_tensors
+from privfgl.privacy.clipping import clip_rows, clip_tensors
 from privfgl.privacy.noise import NoiseSource
 from privfgl.privacy.shares import distributed_report, share_fraction, sized_colluders
 from privfgl.privacy.spec import DENOMINATORS, DPSpec
@@ -103,6 +103,10 @@ class MessageDP:
         # Auditor side only: release index -> every client's own noise draw (local/distributed), latest
         # release of each message: a colluder's aux holds its own entries, never another client's.
         self.audit_noise: dict[int, list[Tensors]] = {}
+        # Auditor side only: the clients whose noise draws an audit's coalition knows (their own), and
+        # release index -> the sum of their draws, every release (attacks/dp/dp_audit.py sets who).
+        self.coalition: tuple[int, ...] = ()
+        self.coalition_noise: dict[int, Tensors] = {}
         # Releases whose sum missed clients (dropout): under mode=distributed each missing client's
         # 1/(K - c) share of the noise variance is missing too. Reported, never folded into epsilon.
         self.short_releases: list[dict] = []
@@ -132,8 +136,15 @@ class MessageDP:
         self.noise_draws.append(tuple(layout(c) for c in clipped))
         noise = [self._noise(c, self.share) for c in clipped]
         self.audit_noise[release] = noise
+        if self.coalition:
+            self.coalition_noise[release] = {n: sum(noise[k][n] for k in self.coalition) for n in noise[0]}
         self.audit_noise.pop(release - len(self.spec.messages), None)
         return [{n: t.double() + z[n] for n, t in c.items()} for c, z in zip(clipped, noise)]
+
+    def clip_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows [n, ...], each one party's whole message flattened, clipped row by row as `protect` clips a
+        client's message (the spec's clip and norm): for inputs that never exist as a dict (canary clients)."""
+        return clip_rows(rows, self.spec.clip, self.spec.clip_norm)
 
     @property
     def sum_noise_std(self) -> float:

@@ -183,12 +183,17 @@ def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress:
     if warmup:
         warm_up(cell, seed, threads)
     cfg, sigma = run_config(cell, seed, threads, progress)
-    attacks = cell.options.get("attacks") or []
-    record, setup = run(cfg)
+    specs = cell.options.get("attacks") or []
+    attacks = []
+    if specs:
+        from attacks import parse_attack
+        from attacks.audit import prepare_attacks
+        attacks = [parse_attack(a) for a in specs]
+    record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method)) if attacks else run(cfg)
     check_spent(cell, sigma, record["privacy"].get("epsilon"))
     if attacks:
-        from attacks import parse_attack, run_attacks
-        found = run_attacks(setup, cfg, [parse_attack(a) for a in attacks], cell.options.get("adversary", "server"))
+        from attacks import run_attacks
+        found = run_attacks(setup, cfg, attacks, cell.options.get("adversary", "server"))
         record["attacks"] = [f.as_record() for f in found]
     record["sweep"] = {"cell": cell.label, "key": cell.key, "seed": seed, "sigma": sigma,
                        "options": json.loads(json.dumps(cell.options, default=str))}
