@@ -18,6 +18,7 @@ from attacks.secagg_collusion import SecAggCollusion
 from attacks.method_uploads import for_method
 from attacks.participation import Participation
 from attacks.split_decoder import SplitDecoder
+from attacks.split_dp_sensitivity import SplitDPSensitivity
 from attacks.split_features import SplitFeatures
 from attacks.split_labels import SplitLabels
 from attacks.split_topology import SplitTopology
@@ -32,7 +33,8 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "split-features": SplitFeatures, "split-labels": SplitLabels,
                                     "split-topology": SplitTopology, "split-decoder": SplitDecoder,
                                     "membership": Membership, "link-stealing": LinkStealing,
-                                    "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery}
+                                    "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
+                                    "split-dp-sensitivity": SplitDPSensitivity}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -143,7 +145,8 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "split-decoder": ("sample_cosine", "sample_reid_auc", "cosine", "reid_top1", "reid_auc", "public_cosine"),
              "membership": ("auc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.1", "epsilon_lb", "accountant_epsilon", "dp_covers"),
              "link-stealing": ("auc", "ap"), "edge-recovery": ("auc", "ap", "dm_auc", "exact_precision"),
-             "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error")}
+             "secagg-collusion": ("seed_recovered", "recovered", "max_abs_error"),
+             "split-dp-sensitivity": ("ratio", "ratio_m1", "ratio_m3", "within_accounted")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

@@ -19,7 +19,7 @@ from privfgl.errors import ConfigError
 # (tests/attacks/test_audit_cli.py checks that the two agree).
 ATTACK_NAMES = ("gradient-inversion", "label-inference", "stats-reconstruction", "membership", "link-stealing",
                 "edge-recovery", "he-key-recovery", "dp-noise-removal", "participation", "secagg-collusion",
-                "split-features", "split-labels", "split-topology", "split-decoder")
+                "split-features", "split-labels", "split-topology", "split-decoder", "split-dp-sensitivity")
 
 if TYPE_CHECKING:
     from privfgl.experiment import RunConfig
