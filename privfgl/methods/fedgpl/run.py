@@ -1,8 +1,10 @@
 """FedGPL's rounds (spec B.6) and its baselines, on the federation runtime.
 
 Per round: every client runs one local epoch of split steps (M1-M4 per minibatch, split.py; the
-server fine-tunes its trunk after each batch unless frozen), then the prompts and heads are
-federated:
+server fine-tunes its trunk after each batch unless frozen), stepping its optimiser after each, or,
+under split DP with split_dp_composition=released (the default), keeping its prompt and head fixed
+for the round and updating them at its end from the released messages (released.py); then the
+prompts and heads are federated:
 - hidta (FedGPL): round 0 is FedAvg over all clients ([C]); later rounds are HiDTA (hidta.py):
   phase 1 reveals each task group's sum of θ (one secure sum of task-slotted vectors over all
   clients; group membership is public), the server computes τ̂ from the task models; phase 2
