@@ -93,7 +93,7 @@ def plot(rows: list[dict], path: Path) -> None:
             level = baseline if isinstance(baseline, float) else statistics.fmean(r[baseline] for r in rows)
             ax.axhline(level, color="grey", ls="--", lw=1, label="attack baseline")
         ax.set_xscale("log")
-        ax.set_xlabel("ε total as accounted (Laplace, per-row L1 clip; unsafe: not a bound)")
+        ax.set_xlabel("ε total as recorded (unsafe: not a bound)")
         ax.set_title(title)
         ax.set_ylim(0, 1.02)
     axes[0].legend(fontsize=8)
@@ -132,7 +132,7 @@ def page(rows: list[dict], args, png: Path) -> str:
              "| label acc (baseline) | label ARI |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         eps = "∞ (no DP)" if r["placement"] == "none" else f"{float(r['epsilon']):.4g}"
-        total = "∞" if r["placement"] == "none" else f"{float(r['epsilon_total']):.4g}"
+        total = "∞" if r["placement"] == "none" else f"{float(r['epsilon_total']):.6g}"
         lines.append(f"| {r['placement']} | {r.get('composition') or '-'} | {eps} | {total} | {100 * r['acc']:.2f} | {100 * r['acc_node']:.1f} / "
                      f"{100 * r['acc_edge']:.1f} / {100 * r['acc_graph']:.1f} | {r['feature_reid_auc']:.3f} "
                      f"| {r['feature_reid_top1']:.3f} | {r['label_acc']:.3f} ({r['label_baseline_acc']:.3f}) "
@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for path in args.from_csv for r in read_csv(Path(path))]
         rows = [r for i, r in enumerate(rows) if r["placement"] != "none" or
                 all(q["placement"] != "none" for q in rows[:i])]
+        order = ["", "released", "sequential", "parallel-unsafe"]
+        rows.sort(key=lambda r: (order.index(r.get("composition") or ""), r["placement"], float(r["epsilon"])))
         write_csv(rows, out.with_suffix(".csv"))
         plot(rows, out.with_suffix(".png"))
         out.with_suffix(".md").write_text(page(rows, args, out.with_suffix(".png")))
