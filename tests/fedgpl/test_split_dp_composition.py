@@ -168,3 +168,13 @@ def test_the_audit_needs_a_split_dp_run(graph):
     cfg, _, setup = fedgpl(graph, None)
     finding, = run_attacks(setup, cfg, [parse_attack("split-dp-sensitivity")])
     assert "needs --method fedgpl with --dp" in finding.metrics["no_input"]
+
+
+def test_sequential_gaussian_noise_multiplier_is_sigma_over_the_rounds_l2_sensitivity_in_c():
+    dp = SplitDP(check_dp_for_run("gaussian:sigma=2,clip=1,on=m3,mode=local,seed=1", "fedgpl", "plain"),
+                 composition="sequential")
+    dp.protect("embedding_grads", torch.zeros(3, 4))
+    dp.protect("embedding_grads", torch.zeros(2, 4))  # N = 5 rows in the round
+    dp.end_round()
+    (sigma, rate), = dp.accountant.gaussian
+    assert sigma == pytest.approx(2 / (1 + 4 * 4) ** 0.5) and rate == 1.0  # σ·C/Δ, Δ = C·sqrt(1 + 4(N − 1))

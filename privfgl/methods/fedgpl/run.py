@@ -56,7 +56,7 @@ SPLIT_TRUST = ("the server receives every client's prompted sample graphs (M1: n
 SPLIT_DP_TRUST = {
     "released": "split DP composes in parallel over a round's minibatches: the client's prompt and head are fixed "
                 "for the round and updated at its end from the released M2/M3/M4 only (head on labels estimated "
-                "from its own noised M3; prompt {prompt})",
+                "from the M3 it sent; prompt {prompt})",
     "sequential": "split DP composes sequentially: the client steps on clean gradients after every minibatch, so "
                   "each round is accounted as one release whose sensitivity covers every row of it",
     "parallel-unsafe": "UNSOUND split DP accounting (split_dp_composition=parallel-unsafe): the client steps on "
