@@ -21,6 +21,7 @@ from attacks.secagg_collusion import SecAggCollusion
 from attacks.method_uploads import for_method
 from attacks.participation import Participation
 from attacks.split_decoder import SplitDecoder
+from attacks.split_dp_sensitivity import SplitDPSensitivity
 from attacks.split_features import SplitFeatures
 from attacks.split_labels import SplitLabels
 from attacks.split_topology import SplitTopology
@@ -37,7 +38,8 @@ ATTACKS: dict[str, type[Attack]] = {"gradient-inversion": GradientInversion, "la
                                     "membership": Membership, "link-stealing": LinkStealing,
                                     "secagg-collusion": SecAggCollusion, "edge-recovery": EdgeRecovery,
                                     "dp-collusion": DPCollusion,
-                                    "crypten-seed-search": CryptenSeedSearch, "dp-audit": DPAudit}
+                                    "crypten-seed-search": CryptenSeedSearch, "dp-audit": DPAudit,
+                                    "split-dp-sensitivity": SplitDPSensitivity}
 
 
 def parse_attack(spec: str) -> Attack:
@@ -158,7 +160,8 @@ HEADLINES = {"gradient-inversion": ("auc_per_feature", "auc", "f1_at_density", "
              "dp-collusion": ("remaining_ratio", "noise_removed"),
              "crypten-seed-search": ("seed_found", "candidates", "recovered_fraction", "max_abs_error"),
              "dp-audit": ("epsilon_lower_bound", "epsilon_accountant", "one_run_epsilon", "one_run_fdp_epsilon",
-                          "gdp_epsilon_estimate", "gaussian_fit_epsilon_estimate")}
+                          "gdp_epsilon_estimate", "gaussian_fit_epsilon_estimate"),
+             "split-dp-sensitivity": ("ratio", "ratio_m1", "ratio_m3", "within_accounted")}
 
 
 def _headline(f: dict) -> list[tuple[str, object, object]]:

@@ -6,12 +6,14 @@ the client sends) and split (all four messages, M2 and M4 noised by the server).
 audited from the server's view of its last round: `split-features` (re-identification AUC of every
 M1 row against the public feature table; baseline 0.5) and `split-labels` (label accuracy of a
 k-means grouping of the M3 rows mapped one-to-one to labels; baseline: the same for shuffled groups).
-ε = inf is the run without DP (the reference). ε on the x axis is per message and round (per-row
-Laplace, scale C/ε); the CSV also holds the composed ε the record reports.
+ε = inf is the run without DP (the reference). ε on the x axis is the spec's (per-row Laplace, scale
+C/ε); the CSV also holds the composed ε the record reports, which depends on the method param
+`split_dp_composition` (released, the default: one release per message and round; sequential: each
+round's sensitivity C + 2C(N − 1); parallel-unsafe: the old, unsound accounting).
 
     python experiments/fedgpl_privacy.py                       # -> docs/fedgpl-privacy.{csv,png,md}
     python experiments/fedgpl_privacy.py --epsilons 10 --rounds 2 --out /tmp/quick   # a quick look
-    python experiments/fedgpl_privacy.py --from-csv docs/fedgpl-privacy.csv   # redraw the PNG and page only
+    python experiments/fedgpl_privacy.py --from-csv A.csv B.csv   # join runs' CSVs; write OUT.csv, .png, .md
 
 "At its baseline" in the page: feature re-id AUC ≤ 0.55 (baseline 0.5); label accuracy ≤ its
 shuffled-groups baseline + 0.05.
@@ -37,7 +39,7 @@ from privfgl.experiment import RunConfig, run  # noqa: E402
 
 FIELDS = ["placement", "epsilon", "clip", "epsilon_total", "accountant", "acc", "acc_node", "acc_edge", "acc_graph",
           "feature_reid_auc", "feature_reid_top1", "feature_cosine", "feature_baseline_cosine",
-          "label_acc", "label_baseline_acc", "label_ari", "seconds"]
+          "label_acc", "label_baseline_acc", "label_ari", "seconds", "composition"]
 
 
 def one_run(args, placement: str | None, epsilon: float) -> dict:
@@ -61,7 +63,15 @@ def one_run(args, placement: str | None, epsilon: float) -> dict:
             "feature_reid_auc": mean(feats, "reid_auc"), "feature_reid_top1": mean(feats, "reid_top1"),
             "feature_cosine": mean(feats, "cosine"), "feature_baseline_cosine": mean(feats, "cosine", "baseline"),
             "label_acc": mean(labels, "label_acc"), "label_baseline_acc": mean(labels, "label_acc", "baseline"),
-            "label_ari": mean(labels, "ari"), "seconds": time.perf_counter() - started}
+            "label_ari": mean(labels, "ari"), "seconds": time.perf_counter() - started,
+            "composition": record["privacy"]["dp"]["composition_mode"] if placement else ""}
+
+
+def label(row: dict) -> str:
+    """A curve: the placement, with its composition unless it is the default (released)."""
+    if row["placement"] == "none" or row.get("composition") in ("released", None, ""):
+        return row["placement"]
+    return f"{row['placement']} ({row['composition']})"
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -69,20 +79,21 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     reference = next(r for r in rows if r["placement"] == "none")
-    placements = [p for p in dict.fromkeys(r["placement"] for r in rows) if p != "none"]
+    curves = [c for c in dict.fromkeys(label(r) for r in rows) if c != "none"]
     panels = [("acc", "accuracy (mean over tasks)", None), ("feature_reid_auc", "M1 feature re-id AUC", 0.5),
               ("label_acc", "M3 label accuracy", "label_baseline_acc")]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (key, title, baseline) in zip(axes, panels):
-        for p in placements:
-            rs = sorted((r for r in rows if r["placement"] == p), key=lambda r: r["epsilon"])
-            ax.plot([r["epsilon"] for r in rs], [r[key] for r in rs], marker="o", label=f"noise on {p}")
+        for c in curves:
+            rs = sorted((r for r in rows if label(r) == c), key=lambda r: r["epsilon_total"])
+            ax.plot([r["epsilon_total"] for r in rs], [r[key] for r in rs], marker="o", label=f"noise on {c}",
+                    ls=":" if "unsafe" in c else "-")
         ax.axhline(reference[key], color="black", lw=1, label="no DP")
         if baseline is not None:
             level = baseline if isinstance(baseline, float) else statistics.fmean(r[baseline] for r in rows)
             ax.axhline(level, color="grey", ls="--", lw=1, label="attack baseline")
         ax.set_xscale("log")
-        ax.set_xlabel("ε per message per round (Laplace, per-row L1 clip)")
+        ax.set_xlabel("ε total as recorded (unsafe: not a bound)")
         ax.set_title(title)
         ax.set_ylim(0, 1.02)
     axes[0].legend(fontsize=8)
@@ -102,33 +113,37 @@ def at_baseline(row: dict) -> tuple[bool, bool]:
 
 
 def page(rows: list[dict], args, png: Path) -> str:
-    """The Markdown report: the runs' table and, per placement, the largest ε at which each attack
-    is at its baseline."""
+    """The Markdown report: the runs' table and, per placement and composition, the largest ε at which
+    each attack is at its baseline."""
     reference = next(r for r in rows if r["placement"] == "none")
     lines = ["# FedGPL: accuracy and split-message leakage vs ε", "",
              f"Produced by `python experiments/fedgpl_privacy.py` ({args.dataset}, 9 clients, {args.rounds} rounds, "
              f"seed {args.seed}, method params {dict(args.method_param) or 'default'}, Laplace with per-row L1 clip C = {rows[-1]['clip']}, noise added by each message's "
-             "sender). ε is per message and round (scale C/ε); *ε total* is what the run record reports (basic "
-             "composition over rounds and noised messages). Accuracy: test, mean over the three tasks, round chosen "
+             "sender). ε is the spec's, per message row (scale C/ε); *ε total* is what the run record reports: basic "
+             "composition over rounds and noised messages of each round's release, which has sensitivity C under "
+             "`released` (the default: prompt and head fixed for the round, updated from released messages only), "
+             "C + 2C(N − 1) under `sequential` (N: the round's rows of the message), and is counted as C under "
+             "`parallel-unsafe` (the old accounting: the client steps on clean gradients between minibatches, so the "
+             "ε it reports does NOT bound the release). Accuracy: test, mean over the three tasks, round chosen "
              "on validation. Attacks on the last round's messages, from the server's view only: M1 feature "
              "re-identification AUC against the public feature table (baseline 0.5) and M3 label accuracy "
              "(baseline: shuffled groups).", "", f"![accuracy and leakage vs ε]({png.name})", "",
-             "| noise on | ε / message / round | ε total | accuracy | N / E / G | feature re-id AUC | top-1 "
-             "| label acc (baseline) | label ARI |", "|---|---|---|---|---|---|---|---|---|"]
+             "| noise on | composition | ε (spec) | ε total | accuracy | N / E / G | feature re-id AUC | top-1 "
+             "| label acc (baseline) | label ARI |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        eps = "∞ (no DP)" if r["placement"] == "none" else f"{float(r['epsilon']):g}"
-        total = "∞" if r["placement"] == "none" else f"{float(r['epsilon_total']):g}"
-        lines.append(f"| {r['placement']} | {eps} | {total} | {100 * r['acc']:.2f} | {100 * r['acc_node']:.1f} / "
+        eps = "∞ (no DP)" if r["placement"] == "none" else f"{float(r['epsilon']):.4g}"
+        total = "∞" if r["placement"] == "none" else f"{float(r['epsilon_total']):.6g}"
+        lines.append(f"| {r['placement']} | {r.get('composition') or '-'} | {eps} | {total} | {100 * r['acc']:.2f} | {100 * r['acc_node']:.1f} / "
                      f"{100 * r['acc_edge']:.1f} / {100 * r['acc_graph']:.1f} | {r['feature_reid_auc']:.3f} "
                      f"| {r['feature_reid_top1']:.3f} | {r['label_acc']:.3f} ({r['label_baseline_acc']:.3f}) "
                      f"| {r['label_ari']:.3f} |")
     lines += ["", f"Where each attack reaches its baseline (feature AUC ≤ {FEATURE_AT_BASELINE}; label accuracy ≤ "
-              f"baseline + {LABEL_MARGIN}): the largest ε per message and round of the grid at which it does, and the "
+              f"baseline + {LABEL_MARGIN}): the largest spec ε of the grid at which it does, and the "
               f"accuracy there (no DP: {100 * reference['acc']:.2f}).", "",
               "| noise on | feature attack at baseline from ε ≤ | accuracy there | label attack at baseline from ε ≤ "
               "| accuracy there |", "|---|---|---|---|---|"]
-    for placement in dict.fromkeys(r["placement"] for r in rows if r["placement"] != "none"):
-        rs = sorted((r for r in rows if r["placement"] == placement), key=lambda r: float(r["epsilon"]))
+    for placement in dict.fromkeys(label(r) for r in rows if r["placement"] != "none"):
+        rs = sorted((r for r in rows if label(r) == placement), key=lambda r: float(r["epsilon"]))
         cells = []
         for which in (0, 1):
             # the largest ε such that this and every smaller ε of the grid are at the baseline
@@ -146,9 +161,17 @@ def read_csv(path: Path) -> list[dict]:
     rows = []
     with open(path) as f:
         for r in csv.DictReader(f):
-            rows.append({k: (float(v) if k not in ("placement", "accountant") and v not in ("", None) else v)
+            rows.append({k: (float(v) if k not in ("placement", "accountant", "composition") and v not in ("", None)
+                             else v)
                          for k, v in r.items()})
     return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,15 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--method-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="docs/fedgpl-privacy", help="writes OUT.csv, OUT.png and OUT.md")
-    p.add_argument("--from-csv", default=None, help="only redraw OUT.png and OUT.md from this CSV")
+    p.add_argument("--from-csv", nargs="+", default=None,
+                   help="no runs: join these CSVs (one no-DP row kept) into OUT.csv and draw OUT.png and OUT.md")
     p.add_argument("--resume", action="store_true", help="keep the runs already in OUT.csv and do the rest")
     args = p.parse_args(argv)
     if args.from_csv:
         out = Path(args.out)
-        rows = read_csv(Path(args.from_csv))
+        rows = [r for path in args.from_csv for r in read_csv(Path(path))]
+        rows = [r for i, r in enumerate(rows) if r["placement"] != "none" or
+                all(q["placement"] != "none" for q in rows[:i])]
+        order = ["", "released", "sequential", "parallel-unsafe"]
+        rows.sort(key=lambda r: (order.index(r.get("composition") or ""), r["placement"], float(r["epsilon"])))
+        write_csv(rows, out.with_suffix(".csv"))
         plot(rows, out.with_suffix(".png"))
         out.with_suffix(".md").write_text(page(rows, args, out.with_suffix(".png")))
-        print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.md')}")
+        print(f"wrote {out.with_suffix('.csv')}, {out.with_suffix('.png')} and {out.with_suffix('.md')}")
         return 0
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", UserWarning)
@@ -184,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rows.append(one_run(args, placement, epsilon))
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
-        with open(out.with_suffix(".csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, out.with_suffix(".csv"))
     plot(rows, out.with_suffix(".png"))
     out.with_suffix(".md").write_text(page(rows, args, out.with_suffix(".png")))
     print(f"wrote {out.with_suffix('.csv')}, {out.with_suffix('.png')} and {out.with_suffix('.md')}")

@@ -20,7 +20,7 @@ from privfgl.errors import ConfigError
 ATTACK_NAMES = ("gradient-inversion", "label-inference", "stats-reconstruction", "membership", "link-stealing",
                 "edge-recovery", "he-key-recovery", "dp-noise-removal", "participation", "secagg-collusion",
                 "split-features", "split-labels", "split-topology", "split-decoder", "dp-collusion", "crypten-seed-search",
-                "dp-audit")
+                "dp-audit", "split-dp-sensitivity")
 
 if TYPE_CHECKING:
     from privfgl.experiment import RunConfig

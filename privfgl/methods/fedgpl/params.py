@@ -8,6 +8,14 @@ from privfgl.methods.params import resolve
 FEDERATIONS = ("hidta", "fedavg", "fedprox", "local")
 HIDTA_MODES = ("paper", "code")
 TAU_IN = ("clear", "crypten")
+# how split DP (--dp on=m1|m2|m3|m4|split) composes over a round's minibatches (privacy/split_dp.py):
+# released: the client's prompt and head stay fixed for the round and are updated at its end from the
+#   round's released messages only (fedgpl/released.py): the minibatches are disjoint releases (sound)
+# sequential: the client steps on clean gradients after every minibatch; each round is one release of
+#   sensitivity C + 2C(N − 1) per message (N: the round's rows of it): sound, large ε
+# parallel-unsafe: the old accounting (C per round) with the clean steps: UNSOUND, kept as the
+#   sensitivity audit's negative control
+SPLIT_DP_COMPOSITIONS = ("released", "sequential", "parallel-unsafe")
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class FedGPLParams:
     dirichlet_alpha: float | None = None  # None: IID shares (the spec default); else label-Dirichlet(α)
     pretrain_epochs: int = 50        # GraphCL epochs on the server (cached per dataset, seed and settings)
     eval_dropout: bool = False       # True: evaluate with the trunk's dropout on, as the authors' code does
+    split_dp_composition: str = "released"  # under split DP only: released, sequential, parallel-unsafe (see above)
 
 
 def _check(p: FedGPLParams) -> None:
@@ -48,6 +57,7 @@ def _check(p: FedGPLParams) -> None:
     need(p.prompt in ("vpg", "gpf", "prog"), "prompt", "vpg, gpf, prog")
     need(p.hidta_mode in HIDTA_MODES, "hidta_mode", ", ".join(HIDTA_MODES))
     need(p.tau_in in TAU_IN, "tau_in", ", ".join(TAU_IN))
+    need(p.split_dp_composition in SPLIT_DP_COMPOSITIONS, "split_dp_composition", ", ".join(SPLIT_DP_COMPOSITIONS))
     need(p.candidates >= 0, "candidates", "an integer >= 0")
     need(p.candidates == 0 or p.prompt == "vpg", "candidates", "0 unless prompt=vpg")
     need(p.tokens >= 1, "tokens", "an integer >= 1")

@@ -12,6 +12,10 @@ graphs (x [n, d], edge_index [2, e], batch [n]) to the prompted batch that cross
 - `ProGPrompt`: ProG's "all in one" prompt graph: `tokens` learnable token nodes joined to each
   other when sigmoid(t_i·t_j) ≥ inner_prune and to node j when sigmoid(t_i·x_j) ≥ cross_prune.
 
+`GPF` and `ProGPrompt` also take their gradient from the received M4 alone
+(`grad_from_feature_grads`): their output rows are x + p and the token rows themselves, so the
+Jacobian does not involve the private features. VPG's does (x_i·tanh(x_i·p/||p||)): it has none.
+
 `Head`: Linear(hidden → C) logits (the code's softmax-then-CE double softmax is dropped, B.10.11).
 
 After each forward a prompt's `last_rows` [ñ] says which input row each output row came from (−1
@@ -95,6 +99,10 @@ class GPF(nn.Module):
         self.last_rows = torch.arange(x.shape[0])
         return x + self.p, edge_index, batch
 
+    def grad_from_feature_grads(self, feature_grads: torch.Tensor, num_graphs: int) -> None:
+        """Adds ∂L/∂p of the batch-mean loss to p.grad from M4 alone: Σ_rows M4 / B (M4 [ñ, d])."""
+        _accumulate(self.p, feature_grads.sum(0) / num_graphs)
+
 
 class ProGPrompt(nn.Module):
     """ProG's all-in-one prompt graph of `tokens` learnable nodes per sample graph."""
@@ -110,6 +118,18 @@ class ProGPrompt(nn.Module):
         out = _attach_tokens(self.tokens, x, edge_index, batch, num_graphs, self.cross, self.inner)
         self.last_rows = torch.cat([torch.arange(x.shape[0]), torch.full((out[0].shape[0] - x.shape[0],), -1)])
         return out
+
+    def grad_from_feature_grads(self, feature_grads: torch.Tensor, num_graphs: int) -> None:
+        """Adds ∂L/∂tokens of the batch-mean loss from M4 alone: the token rows are the last B·k rows
+        (graph-major), each a copy of its token, so their M4 rows summed over the graphs, / B."""
+        k = self.tokens.shape[0]
+        rows = feature_grads[feature_grads.shape[0] - num_graphs * k:]
+        _accumulate(self.tokens, rows.reshape(num_graphs, k, -1).sum(0) / num_graphs)
+
+
+def _accumulate(param: nn.Parameter, grad: torch.Tensor) -> None:
+    grad = grad.to(param.dtype)
+    param.grad = grad if param.grad is None else param.grad + grad
 
 
 class Head(nn.Module):

@@ -1,8 +1,10 @@
 """FedGPL's rounds (spec B.6) and its baselines, on the federation runtime.
 
 Per round: every client runs one local epoch of split steps (M1-M4 per minibatch, split.py; the
-server fine-tunes its trunk after each batch unless frozen), then the prompts and heads are
-federated:
+server fine-tunes its trunk after each batch unless frozen), stepping its optimiser after each, or,
+under split DP with split_dp_composition=released (the default), keeping its prompt and head fixed
+for the round and updating them at its end from the released messages (released.py); then the
+prompts and heads are federated:
 - hidta (FedGPL): round 0 is FedAvg over all clients ([C]); later rounds are HiDTA (hidta.py):
   phase 1 reveals each task group's sum of θ (one secure sum of task-slotted vectors over all
   clients; group membership is public), the server computes τ̂ from the task models; phase 2
@@ -33,6 +35,7 @@ from privfgl.methods.fedgpl import hidta
 from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params
 from privfgl.methods.fedgpl.pretrain import PretrainConfig, pretrained_trunk
 from privfgl.methods.fedgpl.prompt import Head, make_prompt
+from privfgl.methods.fedgpl.released import PROMPTS_UPDATED, update_from_released
 from privfgl.methods.fedgpl.samples import TASKS, ClientSamples, client_datasets, reduce_features
 from privfgl.methods.fedgpl.split import M1, M2, M3, M4, SplitClient, SplitServer, split_step
 from privfgl.privacy.split_dp import SplitDP
@@ -50,6 +53,17 @@ TAU_TRUST = {
 SPLIT_TRUST = ("the server receives every client's prompted sample graphs (M1: node features, noised only under "
                "--dp on=m1|split; edge_index and batch vector always in the clear) and per-sample embedding "
                "gradients (M3: they reveal the labels unless noised); --protocol covers only the prompt/head sums")
+
+SPLIT_DP_TRUST = {
+    "released": "split DP composes in parallel over a round's minibatches: the client's prompt and head are fixed "
+                "for the round and updated at its end from the released M2/M3/M4 only (head on labels estimated "
+                "from the M3 it sent; prompt {prompt})",
+    "sequential": "split DP composes sequentially: the client steps on clean gradients after every minibatch, so "
+                  "each round is accounted as one release whose sensitivity covers every row of it",
+    "parallel-unsafe": "UNSOUND split DP accounting (split_dp_composition=parallel-unsafe): the client steps on "
+                       "clean gradients between minibatches, so one sample moves later rows by many times the clip "
+                       "bound; the recorded ε does not bound the release",
+}
 
 
 def build_clients(data: Data, num_clients: int, method_params: dict, seed: int
@@ -207,7 +221,9 @@ def run_fedgpl(setup: Setup) -> None:
     samples: list[ClientSamples] = setup.extras["fedgpl_samples"]
     fed, m, timer = setup.federation, setup.method, setup.federation.timer
     spec = setup.extras.get("split_dp_spec")
-    dp = SplitDP(spec, keep_rounds=setup.federation.transcript.keep) if spec is not None else None
+    dp = SplitDP(spec, keep_rounds=setup.federation.transcript.keep, composition=p.split_dp_composition) \
+        if spec is not None else None
+    from_released = dp is not None and p.split_dp_composition == "released"  # else: clean steps per minibatch
     if dp is not None:
         setup.extras["dp"] = dp
     num_classes = setup.num_classes
@@ -221,6 +237,7 @@ def run_fedgpl(setup: Setup) -> None:
         setup.extras["caches"] = {"pretrain": {k: v for k, v in info.items() if k != "losses"}}
     server = SplitServer(trunk, None if p.freeze_trunk else torch.optim.Adam(trunk.parameters(), lr=p.lr_trunk))
     setup.extras["fedgpl_trunk"] = trunk  # the server's own model: an attack on the server's side may declare it
+    setup.extras["fedgpl_server"] = server  # auditor side: split-dp-sensitivity replays a round on copies
     if p.freeze_trunk:
         trunk.requires_grad_(False)
     # clients: one common initial prompt and head (the server's broadcast of θ^(0))
@@ -231,6 +248,7 @@ def run_fedgpl(setup: Setup) -> None:
         optimizer = torch.optim.Adam([{"params": prompt.parameters(), "lr": p.lr_prompt, "weight_decay": p.wd_prompt},
                                       {"params": head.parameters(), "lr": p.lr_head, "weight_decay": p.wd_head}])
         clients.append(SplitClient(prompt, head, optimizer, mu=p.mu if p.fed == "fedprox" else 0.0))
+    setup.extras["fedgpl_clients"] = clients  # auditor side: split-dp-sensitivity replays a round on copies
     schedulers = [torch.optim.lr_scheduler.StepLR(c.optimizer, step_size=10, gamma=0.95) for c in clients]
     tasks = [TASKS.index(s.task) for s in samples]
     task_models = _flat(clients[0]).expand(len(TASKS), -1).clone()
@@ -244,8 +262,11 @@ def run_fedgpl(setup: Setup) -> None:
             for k, (c, s) in enumerate(zip(clients, samples)):
                 c.anchor = [q.detach().clone() for q in c.parameters()] if c.mu else None
                 loader = DataLoader(_graphs(s, 0), batch_size=p.batch_size, shuffle=True, generator=gen)
+                released = [] if from_released else None
                 for batch in loader:
-                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None)
+                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None, released)
+                if from_released:
+                    update_from_released(c, released)
         if dp is not None:
             dp.end_round()
         for sch in schedulers:
@@ -255,6 +276,10 @@ def run_fedgpl(setup: Setup) -> None:
         with timer.phase("evaluate"):
             setup.tracker.evaluate(r, [predict(c, trunk, s, p.eval_dropout) for c, s in zip(clients, samples)])
     setup.extras["trust"] = {"split": SPLIT_TRUST}
+    if dp is not None:
+        setup.extras["trust"]["split_dp"] = SPLIT_DP_TRUST[p.split_dp_composition].format(
+            prompt="updated from M4" if p.prompt in PROMPTS_UPDATED else f"{p.prompt}: kept at its initial value "
+            "(its gradient needs the clean features)")
     setup.extras["metrics"] = {"split_bytes_per_client_round": split_bytes(setup),
                                "per_task": per_task_accuracy(setup, tasks),
                                "tau_last": setup.extras.get("fedgpl_tau", [None])[-1]}

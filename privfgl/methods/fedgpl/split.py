@@ -90,11 +90,14 @@ class SplitClient:
 
 
 def split_step(fed: Federation, round: int, k: int, client: SplitClient, server: SplitServer, batch, dp=None,
-               truth: list | None = None) -> float:
+               truth: list | None = None, released: list | None = None) -> float:
     """One minibatch (a PyG Batch with x, edge_index, batch, y [B], optionally node_ids) through M1-M4;
     returns the loss. `dp`: a SplitDP (None: no noise). `truth`: the auditor's log (never sent): one
     entry per M1 with the round, client, the global node id of every row (−1: made by the prompt),
-    the rows' clean input features and the samples' labels."""
+    the rows' clean input features and the samples' labels. `released`: None: the client steps its
+    optimiser on this minibatch's clean gradients; a list: the prompt and head stay fixed and the
+    minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are appended to
+    it for the round-end update (released.update_from_released)."""
     protect = (lambda name, rows: rows) if dp is None else dp.protect
     B = int(batch.num_graphs)
     client.optimizer.zero_grad()
@@ -126,6 +129,10 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
     check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
     if m4["grad"].shape != x_p.shape:
         raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_p.shape)} (as x̃)")
+    if released is not None:
+        released.append({"H": m2["H"].detach(), "grad": m3["grad"].detach(), "feature_grad": m4["grad"].detach(),
+                         "num_graphs": B})
+        return float(loss.detach())
     if x_p.requires_grad:
         x_p.backward(m4["grad"].to(x_p.dtype) / B)
     client.optimizer.step()
