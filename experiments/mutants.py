@@ -713,6 +713,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'update_from_released(client, released_logs[r] if released_logs is not None else log)',
      'update_from_released(client, log)',
      ['tests/fedgpl/test_split_dp_composition.py', '-k', 'audit_on_a_run']),
+    ("DS1", "a line plot's y = x diagonal never drawn (the dp_audit plot loses its reference)",
+     "privfgl/plots.py", "    if diagonal and finite:", "    if False and diagonal and finite:",
+     ["tests/test_dp_audit_sweep.py", "-k", "diagonal"]),
+    ("DS2", "the sweep report drops a plot's diagonal", "privfgl/sweep/report.py",
+     "diagonal=spec.diagonal,", "diagonal=False,", ["tests/test_dp_audit_sweep.py", "-k", "report"]),
+    ("DS3", "the quickstart's central DP row is not audited (no 'ε audit ≥' number)",
+     "privfgl/sweep/quickstart.toml", 'attacks = ["label-inference", "dp-audit:canaries=10000"]',
+     'attacks = ["label-inference"]', ["tests/test_cli.py", "-k", "quickstart"]),
 ]
 
 

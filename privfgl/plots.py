@@ -94,9 +94,12 @@ def _inf_position(finite: list[float], logx: bool) -> float:
 
 def line_figure(series: Sequence[Series], *, xlabel: str, ylabel: str, title: str = "",
                 references: Sequence[Reference] = (), logx: bool = False, ylim: tuple[float, float] | None = None,
-                xticks: Sequence[float] | None = None, legend_loc: str = "best",
+                xticks: Sequence[float] | None = None, legend_loc: str = "best", diagonal: bool = False, logy: bool = False,
                 figsize: tuple[float, float] = (7.0, 4.5)) -> "Figure":
     """The matplotlib Figure of `line_plot` (Agg backend; the caller closes it).
+
+    diagonal: the line y = x over the x range, dashed grey (labelled "y = x"), e.g. an audited ε against the
+    accountant's: a valid lower bound stays on or below it.
 
     xticks: where to put labelled x ticks (default: matplotlib's, or the data's x values when one is inf).
     legend_loc: a matplotlib location, or "below" (under the axes, two columns: for many entries).
@@ -125,8 +128,14 @@ def line_figure(series: Sequence[Series], *, xlabel: str, ylabel: str, title: st
         line = ax.axhline(ref.y, color=ref.color, linestyle=ref.linestyle, linewidth=1.2, label=ref.label)
         if ref.yerr:
             ax.axhspan(ref.y - ref.yerr, ref.y + ref.yerr, color=line.get_color(), alpha=0.12, linewidth=0)
+    if diagonal and finite:  # many points, so the line is y = x on any axis scale
+        lo, hi = finite[0], finite[-1]
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)] if lo > 0 else [lo + (hi - lo) * i / 200 for i in range(201)]
+        ax.plot(xs, xs, color="grey", linestyle="--", linewidth=1.2, label="y = x")
     if logx:
         ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
     if xticks is None and has_inf:
         xticks = [*finite, math.inf]
     if xticks is not None:

@@ -205,6 +205,7 @@ class DPAudit(Attack):
         metrics = {"epsilon_lower_bound": bounds[estimator], "epsilon_accountant": truth.epsilon_accountant,
                    "confidence": conf, "estimator": estimator, "canaries": m, "canaries_in": int(c.sum()),
                    "view": aux.view, "delta": delta, "caught": bounds[estimator] > truth.epsilon_accountant,
+                   "bound_over_accountant": bounds[estimator] / truth.epsilon_accountant,
                    "one_run_epsilon": bounds["one_run"], "one_run_k": k_one, "one_run_correct": f"{one[1]}/{one[0]}",
                    "one_run_fdp_epsilon": bounds["one_run_fdp"], "one_run_fdp_k": k_fdp,
                    "one_run_fdp_correct": f"{fdp[1]}/{fdp[0]}",

@@ -88,6 +88,8 @@ class PlotSpec:
     title: str = ""
     xlabel: str = ""
     ylabel: str = ""
+    logy: bool = False
+    diagonal: bool = False         # line: the line y = x, dashed (e.g. an audited ε against the accountant's)
 
 
 @dataclass(frozen=True)
@@ -247,4 +249,5 @@ def _plot(path: Path, p: dict) -> PlotSpec:
     return PlotSpec(file=p["file"], kind=kind, y=as_tuple(p["y"]), x=p.get("x"),
                     series=as_tuple(p.get("series", ())), logx=bool(p.get("logx", False)),
                     missing_x=p.get("missing_x", "reference"),
-                    title=p.get("title", ""), xlabel=p.get("xlabel", ""), ylabel=p.get("ylabel", ""))
+                    title=p.get("title", ""), xlabel=p.get("xlabel", ""), ylabel=p.get("ylabel", ""),
+                    logy=bool(p.get("logy", False)), diagonal=bool(p.get("diagonal", False)))

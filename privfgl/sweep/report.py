@@ -246,6 +246,10 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     return written
 
 
+MARKERS = ("o", "s", "^", "D", "v")  # a line plot with several y and series: one marker and style per series value
+SERIES_STYLES = ("-", ":", "-.")
+
+
 def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=axis_label) -> None:
     """y against x: one line per value of `series` (one y), or one line per y column with its
     `:baseline` dashed in the same colour (several y). Cells without x: references or x = ∞."""
@@ -255,7 +259,7 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
         groups: dict[tuple, list[dict]] = {}
         for r in summary:
             groups.setdefault(tuple(r.get(k) for k in spec.series), []).append(r)
-        for key, group in groups.items():
+        for j, (key, group) in enumerate(groups.items()):
             name = ", ".join(str(k) for k in key) if spec.series else axis_label(y)
             if len(spec.y) > 1 and spec.series:
                 name = f"{axis_label(y)}, {name}"
@@ -265,8 +269,11 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
                                 if as_x(r) is not None and _is_number(r.get(y + suffix)))
                 if points:
                     label = name if not suffix else "  its baseline"
-                    series.append(plots.Series(label, *zip(*points), color=color, linestyle=style,
-                                               marker="o" if not suffix else ""))
+                    if len(spec.y) > 1 and spec.series and not suffix:  # y: its colour; series: marker and line style
+                        marker, style = MARKERS[j % len(MARKERS)], SERIES_STYLES[j % len(SERIES_STYLES)]
+                    else:
+                        marker = "o" if not suffix else ""
+                    series.append(plots.Series(label, *zip(*points), color=color, linestyle=style, marker=marker))
             if spec.missing_x == "reference":
                 refs += [(r["cell"] if len(spec.y) == 1 else f"{r['cell']}: {axis_label(y)}", r[y],
                           r.get(f"{y}:std") or 0.0) for r in group
@@ -275,7 +282,8 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
                   for j, (label, value, err) in enumerate(refs)]
     xs = sorted({p for s in series for p in s.x})
     ylabel = spec.ylabel or (axis_label(spec.y[0]) if len(spec.y) == 1 else "score")
-    plots.line_plot(series, path, references=references, logx=spec.logx, xticks=xs or None,
+    plots.line_plot(series, path, references=references, logx=spec.logx, xticks=xs or None, diagonal=spec.diagonal,
+                    logy=spec.logy,
                     legend_loc="below" if len(series) + len(references) > 5 else "best",
                     xlabel=spec.xlabel or axis_label(spec.x), ylabel=ylabel, title=f"{spec.title} ({note})")
 
