@@ -8,24 +8,24 @@ import torch
 
 from attacks.base import Attack, Finding, Knowledge, NoInput, NoTruth
 from attacks.dp.dp_audit import DPAudit
-from attacks.dp_collusion import DPCollusion
-from attacks.crypten_seed_search import CryptenSeedSearch
-from attacks.dp_noise_removal import DPNoiseRemoval
-from attacks.edge_recovery import EdgeRecovery
-from attacks.gradient_inversion import GradientInversion
-from attacks.he_key_recovery import HEKeyRecovery
-from attacks.label_inference import LabelInference
-from attacks.link_stealing import LinkStealing
-from attacks.membership import Membership
-from attacks.secagg_collusion import SecAggCollusion
-from attacks.method_uploads import for_method
-from attacks.participation import Participation
-from attacks.split_decoder import SplitDecoder
-from attacks.split_dp_sensitivity import SplitDPSensitivity
-from attacks.split_features import SplitFeatures
-from attacks.split_labels import SplitLabels
-from attacks.split_topology import SplitTopology
-from attacks.stats_reconstruction import StatsReconstruction
+from attacks.dp.dp_collusion import DPCollusion
+from attacks.protocols.crypten_seed_search import CryptenSeedSearch
+from attacks.dp.dp_noise_removal import DPNoiseRemoval
+from attacks.uploads.edge_recovery import EdgeRecovery
+from attacks.uploads.gradient_inversion import GradientInversion
+from attacks.protocols.he_key_recovery import HEKeyRecovery
+from attacks.uploads.label_inference import LabelInference
+from attacks.models.link_stealing import LinkStealing
+from attacks.models.membership import Membership
+from attacks.protocols.secagg_collusion import SecAggCollusion
+from attacks.uploads.method_uploads import for_method
+from attacks.protocols.participation import Participation
+from attacks.split.split_decoder import SplitDecoder
+from attacks.split.split_dp_sensitivity import SplitDPSensitivity
+from attacks.split.split_features import SplitFeatures
+from attacks.split.split_labels import SplitLabels
+from attacks.split.split_topology import SplitTopology
+from attacks.uploads.stats_reconstruction import StatsReconstruction
 from attacks.view import adversary_view
 from privfgl.federation import SERVER
 from protocols.base import client as client_name

@@ -1,4 +1,4 @@
-"""What FedLoG's uploads leak, per protocol (attacks.fedlog_uploads): `privfgl audit --attack
+"""What FedLoG's uploads leak, per protocol (attacks.uploads.fedlog_uploads): `privfgl audit --attack
 gradient-inversion --attack stats-reconstruction` on the same run under each protocol; the table
 puts every score beside its baseline. Writes the records beside --out, a CSV and the Markdown table.
 

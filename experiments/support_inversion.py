@@ -29,12 +29,12 @@ from sklearn.metrics import roc_auc_score
 
 from attacks import run_attacks
 from attacks.audit import public_knowledge
-from attacks.gradient_inversion import GradientInversion
-from attacks.metrics import feature_metrics, match_rows
-from attacks.multistep_inversion import receptive_vocabulary
-from attacks.support_dictionary import (MOVED_TOL, _unclipped_movement, atom_rows, off_decay_movement, support_atoms,
-                                        support_dictionary)
-from attacks.updates import client_update
+from attacks.uploads.gradient_inversion import GradientInversion
+from attacks.uploads.metrics import feature_metrics, match_rows
+from attacks.uploads.multistep_inversion import receptive_vocabulary
+from attacks.uploads.support_dictionary import (MOVED_TOL, _unclipped_movement, atom_rows, off_decay_movement,
+                                                support_atoms, support_dictionary)
+from attacks.uploads.updates import client_update
 from attacks.view import adversary_view
 from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run

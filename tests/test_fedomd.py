@@ -369,8 +369,8 @@ def test_on_cora_the_moment_sums_keep_their_digits_under_crypten_and_ckks(cora, 
 
 def test_label_inference_reads_the_first_adam_step_of_the_last_bias_under_plain_and_only_the_sum_when_secure(runs):
     from attacks import parse_attack, run_attacks  # what `privfgl audit --attack label-inference` runs
-    from attacks.fedomd_labels import fedomd_label_distribution
-    from attacks.updates import client_update
+    from attacks.uploads.fedomd_labels import fedomd_label_distribution
+    from attacks.uploads.updates import client_update
     from attacks.view import adversary_view
     attack, cfg = parse_attack("label-inference:round=0"), fedomd_config()
     _, setup = runs["plain"]

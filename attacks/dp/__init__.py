@@ -1,1 +1,1 @@
-"""DP audits: estimators and canaries."""
+"""DP audits: estimators, canaries, the audit bound, and noise removal by one party or colluders."""

@@ -8,7 +8,7 @@ attacks/dp/estimators.py, from the adversary's view only.
   was sampled each round (every upload is visible), and so does the adversary's aux then.
 - distributed: the server (it sees each revealed noised sum, equivalently each released model) plus the
   colluding clients: `colluders` (default the protocol's tolerated coalition, privacy/trust.py), the
-  highest client indices as in attacks/dp_collusion.py; they subtract their own noise shares, every round.
+  highest client indices as in attacks/dp/dp_collusion.py; they subtract their own noise shares, every round.
 
 Statistic. Δ_t = w_{t+1} − w_t of the released models, times the public divisor q·|S_t|/η (the noised sum
 of round t), minus the coalition's own noise; per round o_tj = ς_tj⟨Δ_t, u_j⟩/C, ς_tj canary j's public

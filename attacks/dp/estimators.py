@@ -29,7 +29,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, log_ndtr, ndtr, ndtri
 from scipy.stats import binom, norm
 
-from attacks.dp_audit_bound import candidate_thresholds, clopper_pearson_upper
+from attacks.dp.dp_audit_bound import candidate_thresholds, clopper_pearson_upper
 
 _XTOL = 1e-9
 

@@ -15,7 +15,7 @@ most ηC/(qK). Every round is one Gaussian release composed by opacus' RDP (or P
 Amplification by sampling (the release accounted at rate q) needs the sample to be secret. Under a
 secure protocol (crypten, ckks, bfv: any protocol but plain) the server sees only the sum, inside
 which the unsampled clients' zeros are hidden: rounds are accounted at q. Under `plain` the server
-sees every upload and so who took part (attacks/participation.py recovers it): rounds are accounted
+sees every upload and so who took part (attacks/protocols/participation.py recovers it): rounds are accounted
 at q = 1, and the record's `amplification` says why. The truth of who took part is kept in
 `setup.extras["sampled_clients"]` for the auditor (never in the server's view).
 

@@ -17,7 +17,7 @@ distributed mode, client by client, each client's fields in the order of its upl
 once, the revealed sum's fields (sorted by name, as the runtime flattens them). `noise_draws` keeps
 that order as field names and shapes (public: the method's message format), `audit_clipped` the
 clients' clipped uploads of the latest releases, and `audit_noise` each client's own noise draws of
-the latest releases (what a colluding client knows of its own upload: attacks/dp_collusion.py), both
+the latest releases (what a colluding client knows of its own upload: attacks/dp/dp_collusion.py), both
 for an auditor only (never the view).
 
 Pre-weighted sums. Methods upload weighted means as sums, {n·W, n} (FedAvg, FedOMD's model_update,

@@ -2,7 +2,7 @@
 default everywhere, `secure=True`) or a seeded torch.Generator (reproducible experiments only).
 
 A seeded source is reproducible by anyone who knows the seed, and the seed is in the run record:
-such a reader regenerates the noise and subtracts it (attacks/dp_noise_removal.py), so ε then holds
+such a reader regenerates the noise and subtracts it (attacks/dp/dp_noise_removal.py), so ε then holds
 only against an adversary who does not know the seed. `provenance()` gives the run record's fields
 that say which source a release used. Both sources draw float64 on the CPU. The secure source turns
 `os.urandom` bits into uniforms on (0, 1) and transforms them (Box–Muller for Gaussian, inverse CDF

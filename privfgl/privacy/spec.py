@@ -12,7 +12,7 @@ laplace, so the sensitivity of the sum to adding or removing one client is `clip
 message name or an alias of several (MESSAGE_ALIASES; `all` = every message the run's method
 sends); every aggregation of them is a release. `seed`: where the noise comes from, `os` (the
 default: OS entropy, privfgl.privacy.noise) or an integer N for reproducible noise. Seeded noise is
-removable by anyone who knows N, and N is in the run record (attacks/dp_noise_removal.py): ε then
+removable by anyone who knows N, and N is in the run record (attacks/dp/dp_noise_removal.py): ε then
 holds only against an adversary who does not know the seed, which the record's `seed_warning` says.
 `delta` is the δ at which ε is reported (default 1e-5; for laplace, the δ' of advanced composition).
 `colluders` (mode=distributed): how many clients may collude with the server and subtract their own

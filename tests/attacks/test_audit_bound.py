@@ -1,4 +1,4 @@
-"""The empirical ε lower bound (attacks.dp_audit_bound): 0 without separation, growing with it, and
+"""The empirical ε lower bound (attacks.dp.dp_audit_bound): 0 without separation, growing with it, and
 never above the true ε of a mechanism with known ε beyond its stated confidence.
 
 Confidence: every bound below is a one-sided 95 % statement (Clopper–Pearson at 97.5 % on each of
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from attacks.dp_audit_bound import (bound_from_counts, bound_over_thresholds, clopper_pearson_lower,
-                                    clopper_pearson_upper, epsilon_from_rates, max_certifiable_epsilon,
-                                    split_half_bound)
+from attacks.dp.dp_audit_bound import (bound_from_counts, bound_over_thresholds, clopper_pearson_lower,
+                                       clopper_pearson_upper, epsilon_from_rates, max_certifiable_epsilon,
+                                       split_half_bound)
 
 SEEDS = range(200)
 

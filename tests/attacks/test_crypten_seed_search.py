@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attacks.audit import parse_attack, run_attacks
-from attacks.crypten_seed_search import first_opening, search, server_view
+from attacks.protocols.crypten_seed_search import first_opening, search, server_view
 from attacks.view import load_view, save_view
 from privfgl.cli import main
 from privfgl.data import contextual_sbm

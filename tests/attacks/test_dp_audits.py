@@ -83,7 +83,7 @@ def test_participation_is_read_exactly_off_plain_uploads(seeded):
 
 
 def test_participations_prior_and_scores_on_a_hand_example():
-    from attacks.participation import participation_metrics, prior_guess
+    from attacks.protocols.participation import participation_metrics, prior_guess
     assert prior_guess(0.2, 3) == [False] * 3 and prior_guess(0.8, 3) == [True] * 3  # each coin's likelier side
     truth = {0: [True, False, True], 1: [True, True, False]}
     guess = {0: [True, False, True], 1: [True, True, True]}  # round 1: one client wrong

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attacks import parse_attack, run_attacks
-from attacks.dp_collusion import std_interval
+from attacks.dp.dp_collusion import std_interval
 from privfgl.cli import main
 from privfgl.experiment import run
 

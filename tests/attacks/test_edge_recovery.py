@@ -1,4 +1,4 @@
-"""Edge recovery from one client's upload (attacks/edge_recovery.py): the GRAIN-style block check
+"""Edge recovery from one client's upload (attacks/uploads/edge_recovery.py): the GRAIN-style block check
 reads a GCN-normalised column exactly; on unprotected one-step updates the attack beats the random,
 degree and feature-similarity baselines; under crypten it has no input per client; it runs under
 --dp; it reaches only its view and its declared aux (features and training nodes, never the edges)."""
@@ -10,8 +10,8 @@ import torch
 from torch_geometric.data import Data
 
 from attacks import parse_attack, run_attacks
-from attacks.edge_recovery import EdgeRecovery, consistent_blocks, degree_consistent_centre
-from attacks.gcn import dense_adjacency, gcn_normalize
+from attacks.uploads.edge_recovery import EdgeRecovery, consistent_blocks, degree_consistent_centre
+from attacks.uploads.gcn import dense_adjacency, gcn_normalize
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers
 

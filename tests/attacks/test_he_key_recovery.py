@@ -8,7 +8,7 @@ import torch
 
 import protocols
 from attacks import NoInput, parse_attack, run_attacks
-from attacks.he_key_recovery import HEAux, HEKeyRecovery, HETruth, KeyRecovery, _Files, _sealapi, recover
+from attacks.protocols.he_key_recovery import HEAux, HEKeyRecovery, HETruth, KeyRecovery, _Files, _sealapi, recover
 from attacks.view import adversary_view, load_view, save_view
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import Federation, Transcript, flatten

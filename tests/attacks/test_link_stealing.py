@@ -1,4 +1,4 @@
-"""Link stealing (attacks.link_stealing, He et al. attack-0): posterior similarity beats the random
+"""Link stealing (attacks.models.link_stealing, He et al. attack-0): posterior similarity beats the random
 and feature-similarity baselines on plain Cora, attacks only the global model under crypten, runs
 with --dp, and reads only its view and aux (never the edges)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from torch_geometric.data import Data
 
 from attacks import run_attacks
-from attacks.link_stealing import LinkStealing, degree_matched_pairs
+from attacks.models.link_stealing import LinkStealing, degree_matched_pairs
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers
 from attack_cases import by_target, overfitted_config

@@ -1,4 +1,4 @@
-"""Membership inference (attacks.membership): beats the guess on an overfitted plain Cora run, attacks
+"""Membership inference (attacks.models.membership): beats the guess on an overfitted plain Cora run, attacks
 only the global model under crypten, runs under DP with its empirical ε lower bound below the
 accountant's ε, and reads only its view and aux.
 
@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from attacks import run_attacks
-from attacks.membership import Membership
+from attacks.models.membership import Membership
 from privfgl.cli import main
 from privfgl.experiment import RunConfig, run
 from privfgl.privacy import gaussian_epsilon

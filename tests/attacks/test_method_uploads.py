@@ -1,4 +1,4 @@
-"""`gradient-inversion` on FedSpray's encoder upload and FedOMD's model upload (attacks.method_uploads):
+"""`gradient-inversion` on FedSpray's encoder upload and FedOMD's model upload (attacks.uploads.method_uploads):
 both beat their trivial baselines on plain runs; under a secure protocol no client's upload is an
 input and only the revealed sums are attacked."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attacks import parse_attack, run_attacks
-from attacks.method_uploads import FedSprayEncoderInversion, adam_first_step_gradient
+from attacks.uploads.method_uploads import FedSprayEncoderInversion, adam_first_step_gradient
 from privfgl.experiment import RunConfig, run
 
 

@@ -11,10 +11,10 @@ from torch_geometric.data import Data
 from attacks import parse_attack, run_attacks
 from attacks.audit import public_knowledge
 from attacks.base import NoInput
-from attacks.gcn import dense_adjacency, gcn_normalize
-from attacks.gradient_inversion import GradientInversion
-from attacks.multistep_inversion import receptive_vocabulary, simulate_local_training
-from attacks.updates import client_update
+from attacks.uploads.gcn import dense_adjacency, gcn_normalize
+from attacks.uploads.gradient_inversion import GradientInversion
+from attacks.uploads.multistep_inversion import receptive_vocabulary, simulate_local_training
+from attacks.uploads.updates import client_update
 from attacks.view import adversary_view
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers

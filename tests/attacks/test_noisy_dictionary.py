@@ -10,7 +10,7 @@ import pytest
 
 from attacks import parse_attack, run_attacks
 from attacks.audit import public_knowledge
-from attacks.gradient_inversion import equal_row_groups, row_noise_norm
+from attacks.uploads.gradient_inversion import equal_row_groups, row_noise_norm
 from privfgl.experiment import run
 
 from attack_cases import fedavg_config

@@ -14,10 +14,10 @@ from torch_geometric.data import Data
 
 from attacks import run_attacks
 from attacks.audit import public_knowledge
-from attacks.gradient_inversion import GradientInversion
-from attacks.multistep_inversion import receptive_vocabulary
-from attacks.support_dictionary import MOVED_TOL, off_decay_movement, support_atoms
-from attacks.updates import client_update, round_starts
+from attacks.uploads.gradient_inversion import GradientInversion
+from attacks.uploads.multistep_inversion import receptive_vocabulary
+from attacks.uploads.support_dictionary import MOVED_TOL, off_decay_movement, support_atoms
+from attacks.uploads.updates import client_update, round_starts
 from attacks.view import adversary_view
 from privfgl.experiment import run
 from privfgl.training import LocalTrainers

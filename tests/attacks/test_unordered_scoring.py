@@ -3,7 +3,7 @@ left without one counts as wrong, and the baseline gets the same matching."""
 import pytest
 import torch
 
-from attacks.metrics import matched_sample_baseline, unordered_scores
+from attacks.uploads.metrics import matched_sample_baseline, unordered_scores
 
 X = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1]], dtype=torch.float32)
 Y = torch.tensor([0, 1, 2])
@@ -36,7 +36,7 @@ def test_extra_rows_do_not_help_the_baseline_past_the_reconstruction():
 
 
 def test_split_feature_rows_are_scored_against_the_population_mean_and_reidentified_by_their_own_entry():
-    from attacks.split_features import score_rows
+    from attacks.split.split_features import score_rows
     true = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]])  # row 2: the prompt's
     prior = torch.tensor([1.0, 1.0, 0.0])
     rows = torch.tensor([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8]])  # unit rows

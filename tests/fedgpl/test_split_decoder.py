@@ -12,7 +12,7 @@ import torch
 
 from attacks import AdversaryView, adversary_view, parse_attack, public_knowledge, run_attacks
 from attacks.base import NoInput
-from attacks.split_decoder import SplitDecoder, simulate
+from attacks.split.split_decoder import SplitDecoder, simulate
 from privfgl.experiment import RunConfig, run
 from privfgl.methods.fedgpl.split import M2, M4
 from tests.view_checks import reachable

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
 
 from attacks import parse_attack, run_attacks
-from attacks.split_dp_sensitivity import SensitivityAux, SplitDPSensitivity
+from attacks.split.split_dp_sensitivity import SensitivityAux, SplitDPSensitivity
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import Federation, Transcript
 from privfgl.methods.fedgpl.params import FedGPLParams

@@ -1,4 +1,4 @@
-"""What FedLoG's uploads leak to the server (attacks.fedlog_uploads): under plain, the generator
+"""What FedLoG's uploads leak to the server (attacks.uploads.fedlog_uploads): under plain, the generator
 upload gives each client's exact training vocabulary and the class support its label distribution;
 under a secure protocol the per-client uploads are opaque and only the sums can be read."""
 import pytest

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attacks.secagg_collusion import unmask_input
+from attacks.protocols.secagg_collusion import unmask_input
 from protocols import PROTOCOLS, ProtocolError, get_protocol, secure_sum
 from protocols.secagg import crypto, shamir
 from protocols.secagg.graph import default_degree, default_threshold, neighbours
@@ -614,7 +614,7 @@ def test_fedavg_cli_matches_plain(planetoid_root, tmp_path):
 def test_secagg_collusion_audit_on_a_run(cora):
     """The audit on a FedAvg run's last sum: t - 1 colluding holders learn nothing, t unmask the target."""
     from attacks.audit import run_attacks
-    from attacks.secagg_collusion import SecAggCollusion
+    from attacks.protocols.secagg_collusion import SecAggCollusion
     from privfgl.experiment import RunConfig, run
 
     cfg = RunConfig(method="fedavg", dataset="cora", partition="louvain", clients=5, rounds=2, seed=0,

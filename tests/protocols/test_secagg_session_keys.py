@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from attacks.secagg_collusion import unmask_input
+from attacks.protocols.secagg_collusion import unmask_input
 from protocols import ProtocolError, get_protocol
 from protocols.secagg import client as secagg_client
 from protocols.secagg import crypto, shamir

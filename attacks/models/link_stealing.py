@@ -27,7 +27,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
 from attacks.view import AdversaryView
-from attacks.view_models import MODEL_METHODS, final_client_model, final_global_model, model_logits
+from attacks.models.view_models import MODEL_METHODS, final_client_model, final_global_model, model_logits
 from privfgl.federation import SERVER, client_name
 
 QUERIES = ("oracle", "features")

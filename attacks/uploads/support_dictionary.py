@@ -11,7 +11,7 @@ j's column of the first-layer weight (W [hidden, f], PyG's layout) gets at step 
 and M_i^t[h] = 0 whenever unit h is switched off (ReLU, or dropout at every step) at every node
 near node i. Where every holder of word j has M_i^t[h] = 0 at every step, the column follows the
 weight-decay-only path exactly, which the server computes from the global model it broadcast
-(attacks.multistep_inversion.decay_only_path). So per word the set of units it moved on,
+(attacks.uploads.multistep_inversion.decay_only_path). So per word the set of units it moved on,
 
     moved_j = ∪_{i holds j} support_i,     support_i = {h : M_i^t[h] ≠ 0 for some t},
 
@@ -29,7 +29,7 @@ is read exactly off the upload (up to float32), and:
   round-0 model predicts about 1/C).
 
 Graph-free and unordered (one row per atom, scored after matching the rows to the client's nodes,
-attacks.metrics.unordered_scores). Applies where the decay-only path is known and the zeros are
+attacks.uploads.metrics.unordered_scores). Applies where the decay-only path is known and the zeros are
 exact: FedAvg's n-weighted models and DP-FedAvg's clipped deltas (one unknown scale, read off the
 columns that followed the decay-only path: `unclip_delta`; so central DP, which noises only the
 sum, leaves every client's upload open to this attack), Adam or SGD in any round, no DP noise on
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from attacks.base import Knowledge, NoInput
-from attacks.multistep_inversion import decay_only_path, receptive_vocabulary
+from attacks.uploads.multistep_inversion import decay_only_path, receptive_vocabulary
 
 METHODS = ("fedavg", "dp-fedavg")  # local training = privfgl.training's, no term that moves every column
 MOVED_TOL = 1e-5     # |off-decay movement| / lr above which a unit moved (float32 rounding: ~1e-6)

@@ -21,13 +21,13 @@ architecture are known (public protocol settings). Variants:
   M_i exactly; equal rows are grouped into signatures (plus residuals left unexplained, matching-
   pursuit style), and every word row is split over them by non-negative least squares:
   X̂[:, j] = nnls(M̂ᵀ, row_j). Unordered (scored after matching the rows to the client's nodes).
-- `multistep` (attacks/multistep_inversion.py; Dimitrov et al. 2022, Geiping et al. 2020): the
+- `multistep` (attacks/uploads/multistep_inversion.py; Dimitrov et al. 2022, Geiping et al. 2020): the
   training privfgl runs by default (Adam from a fresh state, `local_epochs` full-batch steps,
   dropout) replayed differentiably from the known global model; features of the client's nodes and
   soft labels fitted so the simulated update matches the observed one (cosine). Dropout masks are
   marginalised (`masks=0`: expectation; `masks=S`: S sampled masks averaged). Round 0 only under
   Adam (privfgl's clients keep Adam's moments across rounds); graph known (aux) only.
-- `support` (attacks/support_dictionary.py): the default training too, graph-free and analytic: the
+- `support` (attacks/uploads/support_dictionary.py): the default training too, graph-free and analytic: the
   first layer's exact zeros (units a word's column did not move off the weight-decay-only path) are
   the union of its holders' active-unit supports; groups of words with one moved set are nodes, and
   every word is scored for a node by support conflicts and movement distance. Unordered.
@@ -46,12 +46,12 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment, nnls
 
 from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
-from attacks.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
-from attacks.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
-                             permuted_words_baseline, unordered_scores)
-from attacks.multistep_inversion import check_replayable, fit_inputs
-from attacks.support_dictionary import check_applicable, support_dictionary
-from attacks.updates import ObservedUpdate, aggregate_update, client_update, round_starts
+from attacks.uploads.gcn import dense_adjacency, gcn_forward, gcn_normalize, local_update
+from attacks.uploads.metrics import (feature_metrics, label_accuracy, match_rows, matched_sample_baseline,
+                                     permuted_words_baseline, unordered_scores)
+from attacks.uploads.multistep_inversion import check_replayable, fit_inputs
+from attacks.uploads.support_dictionary import check_applicable, support_dictionary
+from attacks.uploads.updates import ObservedUpdate, aggregate_update, client_update, round_starts
 from attacks.view import AdversaryView
 
 VARIANTS = ("dlg", "idlg", "ig", "dictionary", "multistep", "support")

@@ -30,7 +30,7 @@ import torch
 from scipy.stats import chi2
 
 from attacks.base import Attack, Knowledge, NoInput, NoTruth
-from attacks.dp_noise_removal import release_order
+from attacks.dp.dp_noise_removal import release_order
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.privacy.trust import tolerated_colluders

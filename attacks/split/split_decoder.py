@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.split_features import SplitFeatures, _unit, sample_reid, sample_rows, score_rows, score_samples
+from attacks.split.split_features import SplitFeatures, _unit, sample_reid, sample_rows, score_rows, score_samples
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
 from privfgl.methods.fedgpl.params import resolve_params

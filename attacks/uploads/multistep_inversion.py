@@ -68,7 +68,7 @@ def check_replayable(k: Knowledge, round: int, attack: str) -> None:
 
 def forward(params: Params, x: torch.Tensor, adj: torch.Tensor, layers: int,
             masks: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """Logits [n, C] of the dense GCN (attacks.gcn.gcn_forward), with dropout masks (already scaled
+    """Logits [n, C] of the dense GCN (attacks.uploads.gcn.gcn_forward), with dropout masks (already scaled
     by 1/(1 − p)) on the hidden activations when given."""
     h = x
     for i in range(layers):

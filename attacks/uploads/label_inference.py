@@ -2,10 +2,10 @@
 
 - FedAvg/FedProx (iLRG/EC-LDA style): the last bias's update is −lr·mean_i(p_i − y_i) (one SGD
   step), so class counts are n·(p̄ − g) with p̄ the model's mean prediction on prior-valued
-  features (attacks.gradient_inversion.label_counts; no graph needed). Needs `--optimizer sgd`.
+  features (attacks.uploads.gradient_inversion.label_counts; no graph needed). Needs `--optimizer sgd`.
 - O-pFGL: the uploaded `class_counts` hold the counts themselves (n_orig: labelled nodes per class).
 - FedSpray: the proxy upload's weights p^(k) (Eq. 15) are the training-label fractions themselves.
-- FedOMD: the last bias's first Adam step (attacks.fedomd_labels; signs only).
+- FedOMD: the last bias's first Adam step (attacks.uploads.fedomd_labels; signs only).
 Under a secure protocol only the revealed sum exists: the attack on it yields the global
 distribution, scored against each client's own ("aggregate:clientK").
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.fedomd_labels import fedomd_label_distribution
-from attacks.gradient_inversion import label_counts
-from attacks.metrics import distribution_metrics
-from attacks.updates import aggregate_update, client_update
+from attacks.uploads.fedomd_labels import fedomd_label_distribution
+from attacks.uploads.gradient_inversion import label_counts
+from attacks.uploads.metrics import distribution_metrics
+from attacks.uploads.updates import aggregate_update, client_update
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
 

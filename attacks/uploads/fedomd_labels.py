@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from attacks.updates import ObservedUpdate
+from attacks.uploads.updates import ObservedUpdate
 
 LAST_BIAS = "last.bias"  # privfgl.models.ortho_gcn.OrthoGCN: GCNConv(hidden -> classes) as `last`
 

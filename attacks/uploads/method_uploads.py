@@ -1,6 +1,6 @@
 """Gradient inversion on FedSpray's and FedOMD's uploads (`--attack gradient-inversion` on those methods).
 
-The FedAvg attack (attacks.gradient_inversion) reads an SGD update of a GCN; these two methods upload
+The FedAvg attack (attacks.uploads.gradient_inversion) reads an SGD update of a GCN; these two methods upload
 Adam-trained models, so each gets its own reading of what Adam leaves of the gradient.
 
 FedSpray, "encoder_update" {N·ω, N} (privfgl.methods.fedspray): the server broadcast ω_global, so it
@@ -42,9 +42,9 @@ from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index
-from attacks.gradient_inversion import GradientInversion, assign_labels, equal_row_groups
-from attacks.metrics import label_accuracy, matched_sample_baseline, permuted_words_baseline, unordered_scores
-from attacks.updates import aggregate_update, client_update
+from attacks.uploads.gradient_inversion import GradientInversion, assign_labels, equal_row_groups
+from attacks.uploads.metrics import label_accuracy, matched_sample_baseline, permuted_words_baseline, unordered_scores
+from attacks.uploads.updates import aggregate_update, client_update
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER, client_name
 
@@ -306,9 +306,9 @@ UPLOAD_INVERSIONS: dict[str, type[Attack]] = {"fedspray": FedSprayEncoderInversi
 def for_method(attack: Attack, knowledge: Knowledge) -> Attack:
     """The attack's reading for the run's method: FedSpray's and FedOMD's upload inversions for
     `gradient-inversion`; FedLoG's generator inversion and class-statistics reading
-    (attacks.fedlog_uploads) for `gradient-inversion` and `stats-reconstruction`; else `attack` itself."""
-    from attacks.fedlog_uploads import FedLoGClassStats, FedLoGGeneratorInversion
-    from attacks.stats_reconstruction import StatsReconstruction
+    (attacks.uploads.fedlog_uploads) for `gradient-inversion` and `stats-reconstruction`; else `attack` itself."""
+    from attacks.uploads.fedlog_uploads import FedLoGClassStats, FedLoGGeneratorInversion
+    from attacks.uploads.stats_reconstruction import StatsReconstruction
     if knowledge.method == "fedlog":
         if isinstance(attack, GradientInversion):
             return FedLoGGeneratorInversion(clients=attack.clients)

@@ -29,7 +29,7 @@ ICLR 2025) where it applies and gradient matching where it does not:
 
 2. `fit` (any round-0 training privfgl replays: Adam or SGD, several local epochs, dropout
    marginalised as the expected network or `masks=S` sampled masks, as
-   attacks/multistep_inversion.py): a relaxed adjacency A = sigmoid((L + Lᵀ)/2) over the client's
+   attacks/uploads/multistep_inversion.py): a relaxed adjacency A = sigmoid((L + Lᵀ)/2) over the client's
    node pairs, normalised as the client's GCN does (Â = D̃^-1/2 (A + I) D̃^-1/2), and soft labels of
    the training nodes, fitted so that the replayed local training from the known global model
    matches the observed update in cosine (+ `sparsity`·mean(A)). The logits start at
@@ -39,7 +39,7 @@ ICLR 2025) where it applies and gradient matching where it does not:
 
 3. `support` (FedAvg/DP-FedAvg uploads without DP noise, Adam in round 0 or SGD; weight `support`,
    0 = off): the units each word's first-layer column moved on off the weight-decay-only path are read
-   exactly (attacks/support_dictionary.py), and a node's support (the hidden units its neighbourhood
+   exactly (attacks/uploads/support_dictionary.py), and a node's support (the hidden units its neighbourhood
    switches on) is at most what all its words moved on, exactly that for a node holding a word of its
    own; adjacent nodes share most of their supports. The supports' Jaccard similarity joins the
    features' in the starting logits. Under Adam the fit only blurs that ranking (Cora K = 20 clients
@@ -49,7 +49,7 @@ ICLR 2025) where it applies and gradient matching where it does not:
    magnitudes, and starting it from the supports cost AUC 0.838 -> 0.830, AP 0.265 -> 0.230.
 
 Scored (auditor side) as edge AUC / AP over all node pairs of the client, and over its edges against
-degree-matched non-edges (attacks.link_stealing.degree_matched_pairs); baselines: random scores,
+degree-matched non-edges (attacks.models.link_stealing.degree_matched_pairs); baselines: random scores,
 the degree-matched random graph (score d_i·d_j with the true degrees: a configuration model with
 the client's degree sequence), and the aux alone (cosine of the known features, as link stealing).
 """
@@ -64,11 +64,11 @@ from scipy.optimize import linprog
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
-from attacks.gcn import gcn_normalize
-from attacks.link_stealing import degree_matched_pairs, pair_similarity
-from attacks.multistep_inversion import LABEL_ITERS, check_replayable, simulate_local_training
-from attacks.support_dictionary import check_applicable, moved_units, node_supports, support_jaccard
-from attacks.updates import ObservedUpdate, client_update
+from attacks.uploads.gcn import gcn_normalize
+from attacks.models.link_stealing import degree_matched_pairs, pair_similarity
+from attacks.uploads.multistep_inversion import LABEL_ITERS, check_replayable, simulate_local_training
+from attacks.uploads.support_dictionary import check_applicable, moved_units, node_supports, support_jaccard
+from attacks.uploads.updates import ObservedUpdate, client_update
 from attacks.view import AdversaryView
 
 EXACT_MODES = ("auto", "off")

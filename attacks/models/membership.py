@@ -25,7 +25,7 @@ Variants:
   entropy) learns shadow-in vs shadow-out and scores the candidates under the target model.
 
 Scores: AUC and TPR at FPR 1 % / 10 % beside the baseline of a guess (0.5 and the FPR itself); the
-empirical ε lower bound (attacks.dp_audit_bound) at 95 % confidence — threshold chosen on a random
+empirical ε lower bound (attacks.dp.dp_audit_bound) at 95 % confidence — threshold chosen on a random
 half of the candidates, Clopper–Pearson on the other half (`epsilon_lb`), and the Bonferroni
 maximum over 50 thresholds on all candidates (`epsilon_lb_bonferroni`) — next to the accountant's
 ε of the run (the record's privacy block), and the largest bound these candidates could certify at
@@ -53,11 +53,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from attacks.base import Attack, Knowledge, NoInput, client_index, needs_node_clients
-from attacks.dp_audit_bound import (bound_over_thresholds, candidate_thresholds, max_certifiable_epsilon,
-                                    split_half_bound)
+from attacks.dp.dp_audit_bound import (bound_over_thresholds, candidate_thresholds, max_certifiable_epsilon,
+                                       split_half_bound)
 from attacks.view import AdversaryView
-from attacks.view_models import (MODEL_METHODS, block_graph, final_client_model, final_global_model, model_logits,
-                                 train_model)
+from attacks.models.view_models import (MODEL_METHODS, block_graph, final_client_model, final_global_model,
+                                        model_logits, train_model)
 
 VARIANTS = ("loss", "shadow")
 TARGETS = ("all", "global", "clients")

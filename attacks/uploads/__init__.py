@@ -1,0 +1,1 @@
+"""Attacks on the clients' uploads (model updates, statistics, generators) as the server receives them."""
