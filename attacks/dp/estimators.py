@@ -10,6 +10,8 @@ canaries' randomness, under the assumption stated in its docstring):
 - `gdp_mu_nonparametric` (per step) and its composition in `per_round_gdp_audit` — Nasr, Hayes,
   Steinke, Balle, Tramèr, Jagielski, Carlini and Terzis, "Tight Auditing of Differentially Private
   Machine Learning", USENIX Security 2023 — against the claim "every step is μ-GDP".
+- `per_step_bound`: the same per-step test at a threshold the audit's design fixes in advance (no split),
+  composed as the accountant composes: √T·μ (Gaussian steps) or T·ε (pure-DP steps).
 
 Estimates (no guarantee; a point and an interval under a Gaussian model):
 - `gdp_mu_parametric` and the composed `epsilon_estimate` of `per_round_gdp_audit`.
@@ -312,6 +314,63 @@ def per_round_gdp_audit(stat_in, stat_out, steps: int, delta: float, confidence:
         return gdp_epsilon(compose_gdp(max(mu, 0.0), steps), delta)
     return PerRoundGdpAudit(param.mu, lower, max(param.mu_lower, 0.0), steps, eps(param.mu), eps(lower),
                             eps(param.mu_lower), delta, confidence)
+
+
+CLAIMS = ("gaussian", "pure")
+
+
+@dataclass(frozen=True)
+class PerStepBound:
+    """A fixed-threshold test of the per-step claim, composed over `steps` as the accountant composes.
+    `step_lower`: μ (claim "gaussian") or ε (claim "pure") per step; `epsilon_lower`: its composition,
+    ε at `delta` (√T·μ, Dong-Roth-Su) or T·ε (pure DP's basic composition)."""
+    claim: str
+    threshold: float
+    false_positives: int
+    outs: int
+    false_negatives: int
+    ins: int
+    step_lower: float
+    steps: int
+    epsilon_lower: float
+    delta: float
+    confidence: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def per_step_bound(stat_in, stat_out, threshold: float, steps: int, delta: float, claim: str = "gaussian",
+                   confidence: float = 0.95) -> PerStepBound:
+    """Valid lower bound at `confidence` on ε against a claim that composes `steps` identical steps,
+    each μ-GDP (claim "gaussian": DP-FedAvg / DP-SGD at sampling rate 1) or ε-DP (claim "pure":
+    Laplace releases), from per-step observations of the canaries in each world (pooled over steps).
+
+    The threshold is fixed by the audit's design before the observations are seen (e.g. half the
+    canary's known shift), so no split and no multiplicity correction: "in" is called where an
+    observation is >= threshold. FPR_u, FNR_u are Clopper-Pearson upper bounds at 1 − α/2 each, and
+    per step μ ≥ Φ⁻¹(1 − FPR_u) − Φ⁻¹(FNR_u) (Dong, Roth, Su Eq. 6), or ε ≥ log((1 − FNR_u)/FPR_u).
+    Assumes: given the past, the observations of one step are independent draws of that step's
+    mechanism in their world (canaries on disjoint coordinates under i.i.d. noise), as in Nasr et
+    al. (USENIX Security 2023). The composed ε bounds the claim as composed (T identical steps), not an
+    arbitrary mechanism's ε."""
+    alpha = _check_confidence(confidence)
+    _check_delta(delta)
+    if claim not in CLAIMS:
+        raise ValueError(f"claim must be one of {', '.join(CLAIMS)}, got {claim!r}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    a, b = _pair(stat_in, stat_out)
+    fn, fp = int((a < threshold).sum()), int((b >= threshold).sum())
+    fnr_u = clopper_pearson_upper(fn, a.size, alpha / 2)
+    fpr_u = clopper_pearson_upper(fp, b.size, alpha / 2)
+    if claim == "gaussian":
+        step = max(0.0, float(ndtri(1 - fpr_u) - ndtri(fnr_u))) if fpr_u < 1 and fnr_u < 1 else 0.0
+        total = gdp_epsilon(compose_gdp(step, steps), delta)
+    else:
+        step = max(0.0, math.log((1 - fnr_u) / fpr_u)) if fnr_u < 1 else 0.0
+        total = steps * step
+    return PerStepBound(claim, float(threshold), fp, b.size, fn, a.size, step, steps, total, delta, confidence)
 
 
 # ---------------------------------------------------------------- Andrew et al. 2024

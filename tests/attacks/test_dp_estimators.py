@@ -18,7 +18,7 @@ from scipy.stats import binom, norm
 from attacks.dp.estimators import (compose_gdp, gaussian_fit_epsilon, gaussian_pair_delta, gdp_delta, gdp_epsilon,
                                    gdp_mu, gdp_mu_nonparametric, gdp_mu_parametric, guess_counts, one_run_audit,
                                    one_run_epsilon, one_run_fdp_epsilon, one_run_fdp_mu, one_run_p_value,
-                                   per_round_gdp_audit)
+                                   per_round_gdp_audit, per_step_bound)
 
 AUDITS = 40
 MAX_EXCEEDING = 6  # of 40: see the module docstring
@@ -172,6 +172,36 @@ def test_without_signal_the_per_step_bound_stays_valid_despite_choosing_among_50
     assert positive <= 26
 
 
+def test_fixed_threshold_per_step_bound_on_a_gaussian_step_exceeds_the_truth_at_most_5_percent():
+    mu_step, steps, n = 0.35, 20, 500
+    truth = gdp_epsilon(compose_gdp(mu_step, steps), DELTA)
+    bounds = []
+    for seed in range(AUDITS):
+        rng = np.random.default_rng(seed)
+        bounds.append(per_step_bound(mu_step + rng.standard_normal((steps, n)), rng.standard_normal((steps, n)),
+                                     mu_step / 2, steps, DELTA).epsilon_lower)
+    assert sum(b > truth for b in bounds) <= MAX_EXCEEDING
+    assert np.median(bounds) > 0.5 * truth
+
+
+def test_fixed_threshold_pure_bound_on_laplace_steps_exceeds_the_truth_at_most_5_percent():
+    eps_step, steps, n = 1.0, 3, 2000  # Laplace(1) shifted by ε: exactly ε-DP per step
+    bounds = []
+    for seed in range(AUDITS):
+        rng = np.random.default_rng(seed)
+        bounds.append(per_step_bound(eps_step + rng.laplace(size=(steps, n)), rng.laplace(size=(steps, n)),
+                                     eps_step, steps, DELTA, claim="pure").epsilon_lower)
+    assert sum(b > steps * eps_step for b in bounds) <= MAX_EXCEEDING
+    assert np.median(bounds) > 0.75 * steps * eps_step
+
+
+def test_fixed_threshold_bound_is_zero_without_signal_in_most_audits():
+    # no shift: at confidence 0.95 a positive bound is a false positive (at most 5 %; fail above 6 of 40)
+    positive = sum(per_step_bound(*np.random.default_rng(seed).standard_normal((2, 20, 300)), 0.0, 20,
+                                  DELTA).epsilon_lower > 0 for seed in range(AUDITS))
+    assert positive <= MAX_EXCEEDING
+
+
 # ---------------------------------------------------------------- power
 
 def test_power_on_a_strong_gaussian_fdp_beats_one_run_which_is_well_above_zero():
@@ -219,6 +249,8 @@ def test_gaussian_fit_estimate_recovers_the_gaussian_epsilon_of_its_canaries():
     (lambda: gdp_mu_parametric([1.0], [0.0, 1.0]), "observations"),
     (lambda: gaussian_fit_epsilon([0.1, 0.2], 0, DELTA), "dimension"),
     (lambda: per_round_gdp_audit([0.0, 1.0], [0.0, 1.0], 0, DELTA), "steps"),
+    (lambda: per_step_bound([0.0, 1.0], [0.0, 1.0], 0.5, 0, DELTA), "steps"),
+    (lambda: per_step_bound([0.0, 1.0], [0.0, 1.0], 0.5, 1, DELTA, claim="rdp"), "claim"),
 ])
 def test_bad_input_raises_one_line_naming_it(call, word):
     with pytest.raises(ValueError) as err:
