@@ -4,7 +4,7 @@
 Mechanism-only simulation (no graph): T rounds of the central Gaussian sum with σ calibrated by the
 accountant (opacus RDP) to ε at δ = 1e-5; m canary clients with fair coins; per round an in-canary's
 projection is 1 + N(0, σ²), an out-canary's N(0, σ²) (what the Cora runs' per-round projections are, up to
-the real clients' tiny terms); scored by DPAudit.score, the attack's own code. Prints a table.
+the real clients' tiny terms); scored by CanaryClientAudit.score, the attack's own code. Prints a table.
 
     .venv/bin/python experiments/dp_audit_validity.py [--runs 40] [--canaries 2000]
 """
@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 from attacks.dp.canary_clients import CanaryDirections
-from attacks.dp.dp_audit import AuditAux, AuditScores, AuditTruth, DPAudit
+from attacks.dp.fedavg_audit import AuditAux, AuditScores, AuditTruth, CanaryClientAudit
 from privfgl.privacy import noise_multiplier_for
 from privfgl.privacy.accounting import gaussian_epsilon
 
@@ -30,7 +30,7 @@ def one_audit(epsilon: float, rounds: int, canaries: int, seed: int) -> dict:
     cosines = np.zeros(canaries)  # unused under view=rounds
     aux = AuditAux(CanaryDirections.draw(2, 10_000, 4, seed), (), None, None, 1.0, "rounds", (), ())
     truth = AuditTruth(coins, gaussian_epsilon([(sigma, 1.0, rounds)], 1e-5), 1e-5, 1.0, rounds)
-    metrics, _ = DPAudit(canaries=canaries, seed=seed).score(AuditScores(scores, per_round, possible, cosines),
+    metrics, _ = CanaryClientAudit(canaries=canaries, seed=seed).score(AuditScores(scores, per_round, possible, cosines),
                                                               truth, aux)
     return metrics
 

@@ -13,14 +13,14 @@ nodes, never enters accuracy, is not in the server's divisor q·|S| (S the real 
 protocol messages: the sum simply holds its input. One client's sensitivity (C) and the noise are
 unchanged, so the accountant's ε is the ε of the mechanism that ran with the canaries.
 
-Directions are sparse: `support` coordinates drawn without repetition, random signs, 1/√support each
-(a random unit direction from a seeded generator: numpy's PCG64 from [seed, 0xCA7]); the N × support
-indices and signs are held, never an N × d matrix. With d ≫ support, two canaries overlap in
-support²/d coordinates on average, so ⟨u_i, u_j⟩ ≈ 0 as for dense random directions, and the noise's
-projection on u_j is N(0, (σC)²) exactly whatever u_j is. The signs make what is constant over the
-rounds (the other canaries' small overlaps with u_j, the real clients' slowly moving update) add up
-like noise (√T) in the sign-corrected sum over rounds instead of coherently (T) like the canary's own
-C per round.
+Directions are sparse and disjoint: `support` coordinates each (default 1: Dirac canaries, as in Nasr
+et al. 2023), no coordinate shared by two canaries (a seeded permutation, numpy's PCG64 from
+[seed, 0xCA7]), random signs, 1/√support each; so N × support ≤ d, and the directions are exactly
+orthonormal: the i.i.d. noise's projections on them are independent N(0, (σC)²), one independent
+observation per canary and round. The N × support indices and signs are held, never an N × d matrix.
+The public per-round signs make what is constant over the rounds (the real clients' slowly moving
+update on u_j's coordinates) add up like noise (√T) in the sign-corrected sum over rounds instead of
+coherently (T) like the canary's own C per round.
 """
 from __future__ import annotations
 
@@ -43,18 +43,14 @@ class CanaryDirections:
 
     @classmethod
     def draw(cls, count: int, dimension: int, support: int, seed: int) -> "CanaryDirections":
-        """`count` directions from the seed; each row's `support` coordinates distinct (rows with a
-        repeat are redrawn from the same generator)."""
-        if support > dimension:
-            raise ValueError(f"dp-audit: support={support} exceeds the model update's {dimension} coordinates")
+        """`count` directions from the seed on DISJOINT supports: a seeded permutation of the d
+        coordinates cut into blocks of `support` (ascending per row), random signs. Disjoint supports make
+        the directions exactly orthonormal, so the projections of i.i.d. noise on them are independent."""
+        if count * support > dimension:
+            raise ValueError(f"dp-audit: canaries={count} × support={support} exceeds the model update's "
+                             f"{dimension} coordinates; valid: canaries × support <= {dimension}")
         rng = np.random.default_rng([seed, 0xCA7])
-        idx = rng.integers(0, dimension, size=(count, support))
-        while True:
-            idx = np.sort(idx, axis=1)  # ascending per row: the sparse matrix is coalesced as built
-            bad = np.flatnonzero((np.diff(idx, axis=1) == 0).any(axis=1))
-            if not bad.size:
-                break
-            idx[bad] = rng.integers(0, dimension, size=(bad.size, support))
+        idx = np.sort(rng.permutation(dimension)[:count * support].reshape(count, support), axis=1)
         signs = rng.integers(0, 2, size=(count, support)) * 2 - 1
         return cls(torch.from_numpy(idx), torch.from_numpy(signs).double() / support ** 0.5, dimension)
 

@@ -21,7 +21,7 @@ def audit(dp: str, protocol: str = "plain", q: float = 1.0, rounds: int = 4, can
                       "rounds": rounds, "hidden": 256, "local_epochs": 1, "protocol": protocol, "dp": dp,
                       "method_params": {"q": q, "sampling_seed": 0}, "progress": False, "transcript": "all",
                       "threads": 1})
-    attacks = [DPAudit(canaries=canaries, support=16, **attack)]
+    attacks = [DPAudit(canaries=canaries, **attack)]
     record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method))
     findings = run_attacks(setup, cfg, attacks, adversary)
     return findings[0].metrics, record
@@ -81,7 +81,7 @@ def test_canary_inputs_are_clipped_and_only_the_included_sampled_ones_enter():
     from privfgl.privacy.message_dp import MessageDP
     from privfgl.privacy.spec import parse_dp_spec
     dp = MessageDP(parse_dp_spec("gaussian:sigma=1,clip=0.5,delta=1e-5,seed=11,on=update,mode=central"), 3)
-    canaries = CanaryClients(200, seed=3, scale=10, support=8, sample_rate=0.5)
+    canaries = CanaryClients(200, seed=3, scale=10, support=2, sample_rate=0.5)
     total = canaries.contribution(0, dp, 500)
     u = canaries.directions
     from attacks.dp.canary_clients import round_signs
@@ -93,16 +93,17 @@ def test_canary_inputs_are_clipped_and_only_the_included_sampled_ones_enter():
     assert 60 < int(canaries.coins.sum()) < 140
 
 
-def test_directions_are_seeded_and_nearly_orthogonal():
-    a = CanaryDirections.draw(300, 2000, 16, seed=1)
-    assert torch.equal(a.indices, CanaryDirections.draw(300, 2000, 16, seed=1).indices)
-    assert not torch.equal(a.indices, CanaryDirections.draw(300, 2000, 16, seed=2).indices)
+def test_directions_are_seeded_disjoint_and_orthonormal():
+    a = CanaryDirections.draw(300, 2000, 6, seed=1)
+    assert torch.equal(a.indices, CanaryDirections.draw(300, 2000, 6, seed=1).indices)
+    assert not torch.equal(a.indices, CanaryDirections.draw(300, 2000, 6, seed=2).indices)
+    assert a.indices.unique().numel() == 300 * 6  # no coordinate shared by two canaries
     dense = torch.zeros(300, 2000, dtype=torch.float64).scatter_(1, a.indices, a.signs)
-    gram = dense @ dense.T
-    off = gram[~torch.eye(300, dtype=torch.bool)]
-    assert abs(float(off.mean())) < 0.01 and float(off.std()) < 3 / 2000 ** 0.5
+    assert torch.allclose(dense @ dense.T, torch.eye(300, dtype=torch.float64))
     v = torch.randn(2, 2000, dtype=torch.float64)
     assert torch.allclose(a.project(v), v @ dense.T)
+    with pytest.raises(ValueError, match="canaries × support <= 2000"):
+        CanaryDirections.draw(401, 2000, 5, seed=1)
 
 
 def test_bad_parameters_are_one_line_errors():
