@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 MESSAGE = "model_update"
+AUTO_COUNT = 20_000  # canaries when none are asked for (fewer when the model has fewer coordinates)
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,15 @@ class CanaryClients:
 
     message = MESSAGE
 
-    def __init__(self, count: int, seed: int, scale: float, support: int, sample_rate: float, signed: bool = True):
-        self.count, self.seed, self.scale, self.support, self.sample_rate = count, seed, scale, support, sample_rate
+    def __init__(self, count: int | None, seed: int, scale: float, support: int, sample_rate: float,
+                 signed: bool = True):
+        """count None: AUTO_COUNT canaries, or as many as the model's d coordinates hold (d // support),
+        fixed at the first sum (d is the model's)."""
+        self.seed, self.scale, self.support, self.sample_rate = seed, scale, support, sample_rate
         self.signed = signed  # per-round public signs (a final-model statistic needs them all +1)
-        self.coins = np.random.default_rng([seed, 0xC01]).random(count) < 0.5
+        self.count, self.coins = None, None
+        if count is not None:
+            self._resolve(count)
         self.directions: CanaryDirections | None = None  # drawn at the first sum (d is the model's)
         self.sampled: dict[int, np.ndarray] = {}
         self._rows = None  # (the rows taking part, their flat indices, their signs) of the latest round
@@ -103,6 +109,8 @@ class CanaryClients:
         if dp is None:
             raise ValueError("canary clients need message DP on model_update (their inputs are clipped by it)")
         if self.directions is None:
+            if self.count is None:
+                self._resolve(min(AUTO_COUNT, dimension // self.support))
             self.directions = CanaryDirections.draw(self.count, dimension, self.support, self.seed)
         sampled = np.random.default_rng([self.seed, 0x5A3, round]).random(self.count) < self.sample_rate
         self.sampled[round] = sampled
@@ -115,6 +123,10 @@ class CanaryClients:
         raw = signs * (sign * (self.scale * dp.spec.clip))[:, None]  # row norm scale·C (distinct coordinates)
         clipped = dp.clip_rows(raw)
         return torch.zeros(dimension, dtype=torch.float64).index_add_(0, indices, clipped.reshape(-1))
+
+    def _resolve(self, count: int) -> None:
+        self.count = count
+        self.coins = np.random.default_rng([self.seed, 0xC01]).random(count) < 0.5
 
     def signs(self, round: int) -> np.ndarray:
         """ς_t [N]: round_signs, or all +1 when unsigned."""

@@ -1,7 +1,9 @@
 """`dp-audit`'s design for DP-FedAvg (attacks/dp/dp_audit.py picks it for --method dp-fedavg): canary clients (attacks/dp/canary_clients.py) and the estimators of
 attacks/dp/estimators.py, from the adversary's view only.
 
-`--attack dp-audit[:canaries=N,view=rounds|final,seed=S,scale=X,support=s,colluders=c,confidence=p]`.
+`--attack dp-audit[:canaries=N|auto,view=rounds|final,seed=S,scale=X,support=s,colluders=c,confidence=p]`
+(defaults: auto = 20,000 canaries or d // support on a smaller model, rounds, 0, 10, 1, the protocol's
+tolerated coalition, 0.95).
 `prepare(setup)` (before the run) adds N canary clients to the federation. The adversary, per DP mode:
 - central (and local): the receivers of the released global models, any client. view=rounds: every
   round's model; view=final: the initial and the final one only. Under `plain` the server also sees who
@@ -111,10 +113,12 @@ class CanaryClientAudit(Attack):
     def fits(setup, method: str) -> bool:
         return method == "dp-fedavg"
 
-    def __init__(self, canaries: int = 1000, view: str = "rounds", seed: int = 0, scale: int | str = 10,
+    def __init__(self, canaries: int | str = "auto", view: str = "rounds", seed: int = 0, scale: int | str = 10,
                  support: int = 1, colluders: int | None = None, confidence: float | str = 0.95):
-        if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
+        if canaries == "auto":
+            canaries = None  # CanaryClients: AUTO_COUNT, or d // support on a smaller model
+        elif not isinstance(canaries, int) or canaries < 4:
+            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4, or auto")
         if view not in VIEWS:
             raise ValueError(f"dp-audit: view={view!r}: valid: {', '.join(VIEWS)}")
         if not isinstance(support, int) or support < 1:
