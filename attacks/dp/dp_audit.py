@@ -42,17 +42,18 @@ class DPAudit(Attack):
             raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
         self.params = params
         self.design: Attack | None = None
-        unknown = sorted(set(params) - set().union(*map(design_keys, DESIGNS)))
-        if unknown:
-            raise ValueError(f"dp-audit: unknown param(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(sorted(set().union(*map(design_keys, DESIGNS))))}")
-        errors = []  # before any run (CLI parse time): some design must take these params; each checks its own
-        for design in DESIGNS:
+        # Before any run (CLI parse time): some design must take every given param and accept their values.
+        candidates = [d for d in DESIGNS if set(params) <= design_keys(d)]
+        if not candidates:
+            raise ValueError(f"dp-audit: no design takes all of {', '.join(sorted(params))}; valid: "
+                             + "; ".join(f"{d.__name__}: {', '.join(sorted(design_keys(d)))}" for d in DESIGNS))
+        errors = []
+        for design in candidates:
             try:
-                design(**{k: v for k, v in params.items() if k in design_keys(design)})
+                design(**params)
             except ValueError as e:
                 errors.append(e)
-        if len(errors) == len(DESIGNS):
+        if len(errors) == len(candidates):
             raise errors[0]
 
     def prepare(self, setup, method: str) -> None:
