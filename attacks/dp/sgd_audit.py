@@ -40,6 +40,8 @@ from attacks.dp.gradient_canaries import GradientCanaries
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.federation.runtime import flatten
+from privfgl.methods.dp_sgd import dp_sgd_params, initial_model
+from privfgl.privacy.dpsgd import influence_count, node_sensitivity
 from protocols.base import client as client_name
 
 UPLOAD, BROADCAST = "model_update", "global_model"
@@ -113,8 +115,6 @@ class GradientCanaryAudit(Attack):
     def prepare(self, setup, method: str) -> None:
         """Before the run: the canaries join the audited client's per-node gradients. ValueError (one line)
         on a run this audit does not fit."""
-        from privfgl.methods.dp_sgd import dp_sgd_params
-        from privfgl.privacy.dpsgd import influence_count
         if method != "dp-sgd":
             raise ValueError(f"dp-audit: gradient canaries are built for --method dp-sgd, not {method}")
         p = dp_sgd_params(setup.method.params)
@@ -134,8 +134,6 @@ class GradientCanaryAudit(Attack):
         return ["canaries"]
 
     def declare_aux(self, setup, knowledge: Knowledge, target: str) -> SGDAuditAux:
-        from privfgl.methods.dp_sgd import dp_sgd_params, initial_model
-        from privfgl.privacy.dpsgd import node_sensitivity
         if self.inserted is None or self.inserted.directions is None:
             raise NoInput("dp-audit: no gradient canaries took part (prepare was not called, or no step ran)")
         p, cfg, m = dp_sgd_params(setup.method.params), setup.model, setup.method

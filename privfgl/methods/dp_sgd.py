@@ -3,9 +3,9 @@
 Every client trains a mean-aggregation GCN (privfgl.privacy.dpsgd.MeanGCN, `hidden`/`layers`
 from the run config, no dropout) with full-batch node-level DP-SGD on its degree-bounded graph
 (privfgl/privacy/dpsgd.py: per-node gradients on k-hop subgraphs via torch.func, clip C, noise
-σ·C·(2N_D − 1), then one step of the run's `optimizer` on the noisy mean gradient: Adam, the default, or
-plain SGD, whose step −lr·(ĝ + weight_decay·w) is linear in the noisy gradient ĝ). With `federated=true` (default) the clients
-upload their models after every round's `local_epochs` steps and the server averages them with
+σ·C·(2N_D − 1), then one step of the run's `optimizer` on the noisy mean gradient: Adam, the default,
+or plain SGD, whose step −lr·(ĝ + weight_decay·w) is linear in the noisy gradient ĝ). With
+`federated=true` (default) the clients upload their models after every round's `local_epochs` steps and the server averages them with
 uniform weights (n_k would be data-dependent) over the clients whose upload is in the sum (under dropout
 the survivors: `Federation.survivors`, never K; every client, a dropped one too, starts the next round
 from the new global model, as in FedAvg); uploads are post-processing of DP outputs and each

@@ -119,3 +119,17 @@ def test_false_positives_of_the_scoring_on_the_exact_mechanism():
     over = sum(f["epsilon_lower_bound"] > f["epsilon_accountant"] for f in found)
     assert over <= 1
     assert np.mean([f["epsilon_lower_bound"] for f in found]) > 1.0  # and the bounds are not trivially 0
+
+
+def test_coins_and_round_signs_are_fair_and_independent():
+    """The bound rests on fair, independent coins and signs: 4,000 canaries' coins and round signs are about
+    half each, uncorrelated with each other and across rounds, and differ with the seed."""
+    from attacks.dp.canary_clients import round_signs
+    n = 4000
+    coins = GradientCanaries(n, seed=5, scale=10, support=1, client=0, slots=13, clip=1.0).coins
+    other = GradientCanaries(n, seed=6, scale=10, support=1, client=0, slots=13, clip=1.0).coins
+    s0, s1 = round_signs(5, 0, n), round_signs(5, 1, n)
+    tol = 4 / n ** 0.5  # four standard deviations of a fair ±1 mean
+    assert abs(coins.mean() - 0.5) < tol / 2 and abs(s0.mean()) < tol
+    assert abs(np.mean((2 * coins - 1) * s0)) < tol and abs(np.mean(s0 * s1)) < tol
+    assert abs(np.mean(coins == other) - 0.5) < tol / 2
