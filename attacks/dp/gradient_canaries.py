@@ -6,7 +6,8 @@ N canaries join ONE client's per-node gradients, every local step, before the cl
 direction u_j in the flat parameter space (CanaryDirections: `support` coordinates, default 1, a Dirac;
 DISJOINT supports, so the i.i.d. noise's projections on them are independent), an independent fair coin
 b_j (the auditor's secret) and a public sign ς_tj = ±1 per round (round_signs; constant over the round's
-local steps, so that what stays the same over rounds adds up like noise). Per step it puts in
+local steps, so that what stays the same over rounds adds up like noise; all +1 when `signed` is False, the
+audit's choice under Adam, whose momentum then accumulates the canary's constant push). Per step it puts in
 - b_j = in:  N_D per-node gradients equal to +ς_tj·Λ·u_j (Λ = scale·C ≥ C: clipped to +ς_tj·C·u_j);
 - b_j = out: N_D − 1 per-node gradients equal to −ς_tj·Λ·u_j (clipped to −ς_tj·C·u_j),
 N_D = influence_count(D, k). The clipped sums of the two worlds differ by (2N_D − 1)·C·ς_tj·u_j = Δ·ς_tj·u_j,
@@ -52,8 +53,10 @@ class GradientCanaries:
     layout (what the adversary's upload vectors use), coins [N] bool (the auditor's secret), and each
     round's sparse per-node rows for private_gradient. `client`: the audited client's index."""
 
-    def __init__(self, count: int, seed: int, scale: float, support: int, client: int, slots: int, clip: float):
+    def __init__(self, count: int, seed: int, scale: float, support: int, client: int, slots: int, clip: float,
+                 signed: bool = True):
         self.count, self.seed, self.scale, self.support, self.client = count, seed, scale, support, client
+        self.signed = signed  # public per-round signs (False: every ς_tj = +1)
         self.slots, self.clip = slots, clip  # N_D: in-world rows per canary (N_D − 1 in the out-world)
         self.coins = np.random.default_rng([seed, 0xC02]).random(count) < 0.5
         self.directions: CanaryDirections | None = None  # drawn at the first step (d is the model's)
@@ -73,12 +76,16 @@ class GradientCanaries:
             indices = sorted_to(self.layout)[self.directions.indices[owner]]
             self._base = (owner, indices, world[:, None] * self.directions.signs[owner] * self.scale * self.clip)
         owner, indices, values = self._base
-        sign = torch.from_numpy(round_signs(self.seed, round, self.count)).double()[owner]
+        sign = torch.from_numpy(self.signs(round)).double()[owner]
         return indices, values * sign[:, None]
+
+    def signs(self, round: int) -> np.ndarray:
+        """ς_t [N]: round_signs, or all +1 when unsigned."""
+        return round_signs(self.seed, round, self.count) if self.signed else np.ones(self.count, dtype=np.int64)
 
     def record(self) -> dict:
         """The run record's `gradient_canaries` block (no coins: they are the audit's secret)."""
         return {"inserted": self.count, "client": self.client, "rows_in": self.slots, "rows_out": self.slots - 1,
-                "raw_norm_over_clip": self.scale, "support": self.support, "seed": self.seed,
+                "raw_norm_over_clip": self.scale, "support": self.support, "signed": self.signed, "seed": self.seed,
                 "note": "per-node gradients of one client, before the clip, every step; they hold no nodes and "
                         "never enter accuracy (attacks/dp/gradient_canaries.py)"}

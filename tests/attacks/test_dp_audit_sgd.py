@@ -42,7 +42,7 @@ def test_sgd_audit_is_valid(sgd_audit):
     assert m["epsilon_accountant"] == pytest.approx(record["privacy"]["epsilon"])
     assert m["epsilon_lower_bound"] <= m["epsilon_accountant"]
     assert m["canaries"] == record["gradient_canaries"]["inserted"] == 2000
-    assert record["gradient_canaries"]["rows_in"] == influence_count(3, 2)
+    assert record["gradient_canaries"]["rows_in"] == influence_count(3, 2) and record["gradient_canaries"]["signed"]
 
 
 def test_sgd_audit_has_power(sgd_audit):
@@ -64,10 +64,10 @@ def test_mean_clip_audit_is_valid():
 
 
 def test_adam_audit_is_valid_and_uses_the_one_run_bound():
-    """Adam's step is not linear in the noisy gradient: the estimator is the f-DP one-run bound on the
-    sign-corrected step sizes, and it stays at or below ε."""
+    """Adam's step is not linear in the noisy gradient: unsigned canaries, the estimator is the f-DP one-run
+    bound on the total step sizes, and it stays at or below ε."""
     m, record = audit(epsilon=8.0, canaries=2000, optimizer="adam")
-    assert record["config"]["optimizer"] == "adam"
+    assert record["config"]["optimizer"] == "adam" and record["gradient_canaries"]["signed"] is False
     assert m["estimator"] == "one_run_fdp" and "per_round_epsilon" not in m
     assert 0 < m["epsilon_lower_bound"] <= m["epsilon_accountant"]
 
