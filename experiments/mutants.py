@@ -721,6 +721,18 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("DS3", "the quickstart's central DP row is not audited (no 'ε audit ≥' number)",
      "privfgl/sweep/quickstart.toml", 'attacks = ["label-inference", "dp-audit:canaries=10000"]',
      'attacks = ["label-inference"]', ["tests/test_cli.py", "-k", "quickstart"]),
+    ("DG1", "DP-SGD's per-node clip skipped (every per-node gradient, the gradient canaries' 10·C rows too, "
+     "reaches the sum)", "privfgl/privacy/dpsgd.py", "total = clipped_sum(flat, clip, extra)",
+     'total = clipped_sum(flat, float("inf"), extra)',
+     ["tests/attacks/test_dp_audit_sgd.py", "-k", "sgd_audit_is_valid"]),
+    ("DG2", "DP-SGD clips the mean gradient to C after the sum instead of each per-node gradient (noise unchanged)",
+     "privfgl/privacy/dpsgd.py", "total = clipped_sum(flat, clip, extra)",
+     'total = clip_rows(clipped_sum(flat, float("inf"), extra)[None] / denominator, clip)[0] * denominator',
+     ["tests/attacks/test_dp_audit_sgd.py", "-k", "mean_clip"]),
+    ("DG3", "DP-SGD noise at half its calibrated std", "privfgl/privacy/dpsgd.py",
+     "noisy = (total + mechanism.noise(total.shape, source)) / denominator",
+     "noisy = (total + 0.5 * mechanism.noise(total.shape, source)) / denominator",
+     ["tests/attacks/test_dp_audit_sgd.py", "-k", "sgd_audit_is_valid"]),
 ]
 
 

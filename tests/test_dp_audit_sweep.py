@@ -1,5 +1,5 @@
-"""experiments/dp_audit.toml (issue #41): dp-audit of DP-FedAvg at every accountant ε, central and
-distributed, its table in docs/dp-audit.md and its plot of the audited ε against the accountant's with y = x."""
+"""experiments/dp_audit.toml (issue #41): dp-audit of DP-FedAvg (central and distributed) and of node-level
+DP-SGD at every accountant ε, its table in docs/dp-audit.md and its plot of the audited ε against the accountant's with y = x."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,7 +26,7 @@ def _doc_rows() -> dict[str, dict[str, str]]:
 def test_the_sweep_audits_central_and_distributed_dp_fedavg_at_every_target_epsilon(tmp_path):
     sweep = load_sweep(CONFIG, results=tmp_path)
     assert sweep.doc == "docs/dp-audit.md" and sweep.seeds == (0,)
-    audited = [c for c in sweep.cells if c.options.get("attacks")]
+    audited = [c for c in sweep.cells if c.options.get("attacks") and c.options["method"] == "dp-fedavg"]
     for mode, protocol in (("central", "plain"), ("distributed", "secagg")):
         cells = [c for c in audited if f"mode={mode}," in c.options["dp"]]
         assert sorted(c.options["target_epsilon"] for c in cells) == TARGETS
@@ -37,6 +37,13 @@ def test_the_sweep_audits_central_and_distributed_dp_fedavg_at_every_target_epsi
                 "dp-fedavg", "cora", "louvain", 10, 20, protocol)
             assert o["dp"].startswith("gaussian:sigma={sigma},clip=0.5,") and o["method_params"] == {"q": 1.0}
     assert len(audited) == 12
+    sgd = [c for c in sweep.cells if c.options["method"] == "dp-sgd"]
+    assert sorted(c.options["target_epsilon"] for c in sgd) == TARGETS
+    for cell in sgd:  # SGD, one step a round: the server recovers each round's noisy gradient sum
+        o = cell.options
+        assert o["attacks"] == ["dp-audit:canaries=10000,view=rounds"] and o["protocol"] == "plain"
+        assert (o["optimizer"], o["local_epochs"], o["dataset"], o["clients"], o["rounds"]) == ("sgd", 1, "cora", 10, 20)
+        assert o["method_params"] == {"sigma": "{sigma}", "clip": 1.0, "degree": 3, "seed": "{seed}"}
     # the audit's cost: the same run at ε = 8 without it, keeping the transcript the audited runs keep
     plain = [c for c in sweep.cells if not c.options.get("attacks")]
     assert len(plain) == 2 and all(c.options["target_epsilon"] == 8.0 and c.options["transcript"] == "all"
@@ -57,12 +64,12 @@ def test_the_docs_table_is_the_sweeps_and_no_valid_bound_exceeds_the_accountants
     rows = _doc_rows()
     assert set(rows) == {c.label for c in sweep.cells}
     audited = [row for row in rows.values() if row["valid bound"] != "–"]
-    assert len(audited) == 12
+    assert len(audited) == 18
     for row in audited:
         bound, epsilon = float(row["valid bound"]), float(row["accountant ε"])
         assert 0 < bound <= epsilon and abs(float(row["bound / ε"]) - bound / epsilon) < 1e-3
-        assert row["by"] == "one_run_fdp"  # q = 1: the claim is a Gaussian one
-        assert float(row["one-run bound"]) <= bound  # the f-DP refinement is the stronger valid bound here
+        assert row["by"] == "per_round"  # q = 1 and every round's release seen: the claim fixes the per-round bound
+        assert float(row["one-run bound"]) <= float(row["f-DP bound"])  # the f-DP refinement is the stronger
     assert (REPO / "docs" / "img" / "dp_audit" / "dp_audit.png").stat().st_size > 10_000
 
 

@@ -3,6 +3,7 @@
 `--attack dp-audit[:KEY=VALUE,...]` (issue #41). Each mechanism has a *design*, an Attack class that
 inserts the canaries suited to its DP unit and scores them with attacks/dp/estimators.py:
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
+- Node-level DP-SGD: gradient canaries realising the node sensitivity Δ, attacks/dp/sgd_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -10,12 +11,20 @@ builds it from the KEY=VALUE params; every other step is the design's. Params ev
 """
 from __future__ import annotations
 
+import inspect
+
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
+from attacks.dp.sgd_audit import GradientCanaryAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit,)
-SUPPORTED = "--method dp-fedavg with --dp gaussian:...,on=update"
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit)
+SUPPORTED = "--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated)"
+
+
+def design_keys(design: type[Attack]) -> set[str]:
+    """The KEY=VALUE params a design's constructor takes."""
+    return set(inspect.signature(design.__init__).parameters) - {"self"}
 
 
 class DPAudit(Attack):
@@ -33,13 +42,29 @@ class DPAudit(Attack):
             raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
         self.params = params
         self.design: Attack | None = None
-        CanaryClientAudit(**params)  # the default design checks its params now, before any run (CLI parse time)
+        # Before any run (CLI parse time): some design must take every given param and accept their values.
+        candidates = [d for d in DESIGNS if set(params) <= design_keys(d)]
+        if not candidates:
+            raise ValueError(f"dp-audit: no design takes all of {', '.join(sorted(params))}; valid: "
+                             + "; ".join(f"{d.__name__}: {', '.join(sorted(design_keys(d)))}" for d in DESIGNS))
+        errors = []
+        for design in candidates:
+            try:
+                design(**params)
+            except ValueError as e:
+                errors.append(e)
+        if len(errors) == len(candidates):
+            raise errors[0]
 
     def prepare(self, setup, method: str) -> None:
         """Pick and build the design, then let it insert its canaries. ValueError (one line) on a run
         no design fits."""
         for design in DESIGNS:
             if design.fits(setup, method):
+                foreign = sorted(set(self.params) - design_keys(design))
+                if foreign:
+                    raise ValueError(f"dp-audit: {', '.join(foreign)} not used on --method {method}; valid: "
+                                     f"{', '.join(sorted(design_keys(design)))}")
                 self.design = design(**self.params)
                 self.design.prepare(setup, method)
                 return

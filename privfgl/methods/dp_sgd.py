@@ -3,8 +3,9 @@
 Every client trains a mean-aggregation GCN (privfgl.privacy.dpsgd.MeanGCN, `hidden`/`layers`
 from the run config, no dropout) with full-batch node-level DP-SGD on its degree-bounded graph
 (privfgl/privacy/dpsgd.py: per-node gradients on k-hop subgraphs via torch.func, clip C, noise
-σ·C·(2N_D − 1), Adam on the noisy mean gradient). With `federated=true` (default) the clients
-upload their models after every round's `local_epochs` steps and the server averages them with
+σ·C·(2N_D − 1), then one step of the run's `optimizer` on the noisy mean gradient: Adam, the default,
+or plain SGD, whose step −lr·(ĝ + weight_decay·w) is linear in the noisy gradient ĝ). With
+`federated=true` (default) the clients upload their models after every round's `local_epochs` steps and the server averages them with
 uniform weights (n_k would be data-dependent) over the clients whose upload is in the sum (under dropout
 the survivors: `Federation.survivors`, never K; every client, a dropped one too, starts the next round
 from the new global model, as in FedAvg); uploads are post-processing of DP outputs and each
@@ -16,6 +17,8 @@ federated (true), seed (where the noise comes from: "os", the default, OS entrop
 for reproducible noise, which anyone who reads the run record can regenerate and subtract: ε then
 holds only against an adversary who does not know the seed, as the record's `seed_warning` says).
 Evaluation runs on the degree-bounded graph (outside the guarantee, as all evaluation is).
+An auditor's gradient canaries (`setup.extras["gradient_canaries"]`, attacks/dp/gradient_canaries.py) join
+one client's per-node gradients before the clip, every step; they hold no nodes and never enter accuracy.
 """
 from __future__ import annotations
 
@@ -78,6 +81,19 @@ class DPSGDReport:
         return {"dp": dp, "epsilon": eps, "delta": p["delta"], "accountant": p["accountant"]}
 
 
+def initial_model(setup: Setup) -> MeanGCN:
+    """The model every client starts from, seeded by the run's seed (public: anyone can rebuild it)."""
+    cfg = setup.model
+    torch.manual_seed(setup.method.seed)
+    return MeanGCN(setup.num_features, cfg.hidden, setup.num_classes, cfg.layers)
+
+
+def optimizer(params, cfg) -> torch.optim.Optimizer:
+    """The run's local optimizer (`optimizer`: adam or sgd, no momentum) over one client's parameters."""
+    kind = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
+    return kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
 def run_dp_sgd(setup: Setup) -> None:
     m, fed, cfg = setup.method, setup.federation, setup.model
     p = dp_sgd_params(m.params)
@@ -86,9 +102,10 @@ def run_dp_sgd(setup: Setup) -> None:
     source = NoiseSource.from_setting(p["seed"])
     setup.extras["dp"] = DPSGDReport(p, hops, m.rounds * m.local_epochs, source)
 
-    torch.manual_seed(m.seed)
-    model = MeanGCN(setup.num_features, cfg.hidden, setup.num_classes, cfg.layers)
+    model = initial_model(setup)
     init = {n: v.detach().clone() for n, v in model.named_parameters()}
+    layout = [(n, v.numel()) for n, v in init.items()]  # private_gradient's flat layout
+    canaries = setup.extras.get("gradient_canaries")
     clients = []
     with timer.phase("dp_preprocess"):
         for k, c in enumerate(setup.clients):
@@ -99,7 +116,7 @@ def run_dp_sgd(setup: Setup) -> None:
             nodes, adj = khop_batch(bounded, n, train, hops, p["degree"])
             x = torch.cat([c.x.float(), torch.zeros(1, c.num_features)])
             params = {name: v.clone().requires_grad_(True) for name, v in init.items()}
-            opt = torch.optim.Adam(params.values(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            opt = optimizer(params.values(), cfg)
             clients.append({"x": x, "adj_full": mean_adjacency(bounded, n), "xb": x[nodes], "adjb": adj,
                             "y": c.y[train], "n_train": len(train), "params": params, "opt": opt})
 
@@ -109,13 +126,14 @@ def run_dp_sgd(setup: Setup) -> None:
 
     for r in setup.rounds("dp-sgd"):
         with timer.phase("local_train"):
-            for s in clients:
+            for k, s in enumerate(clients):
                 if s["n_train"] == 0:
                     continue
+                extra = canaries.rows(r, layout) if canaries is not None and canaries.client == k else None
                 for _ in range(m.local_epochs):
                     detached = {n: v.detach() for n, v in s["params"].items()}
                     g = per_sample_grads(model, detached, s["xb"], s["adjb"], s["y"])
-                    noisy = private_gradient(g, p["clip"], mech, source, s["n_train"])
+                    noisy = private_gradient(g, p["clip"], mech, source, s["n_train"], extra)
                     for n, v in s["params"].items():
                         v.grad = noisy[n]
                     s["opt"].step()

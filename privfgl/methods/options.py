@@ -43,7 +43,6 @@ UNUSED: dict[str, dict[str, str]] = {
               "evaluation": "local has no global model (each client's own model is evaluated)"},
     "dp-sgd": {"mu": _PROX, "finetune_epochs": "dp-sgd has no fine-tuning phase",
                "dropout": "dp-sgd's mean-aggregation GCN has no dropout",
-               "optimizer": "dp-sgd steps Adam on the noised mean gradient",
                "engine": "dp-sgd computes per-node gradients on one model per client"},
     "opfgl": {"mu": _PROX, "local_epochs": _own("max_iters"),
               "finetune_epochs": _PAPER, "dropout": _own("dropout"),

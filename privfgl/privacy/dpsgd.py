@@ -68,6 +68,7 @@ from privfgl.privacy.mechanisms import GaussianMechanism
 from privfgl.privacy.noise import NoiseSource
 
 Params = dict[str, torch.Tensor]
+SparseRows = tuple[torch.Tensor, torch.Tensor]  # indices [R, s] int64, values [R, s]
 
 
 def influence_count(max_degree: int, hops: int) -> int:
@@ -235,12 +236,24 @@ def per_sample_grads(model: torch.nn.Module, params: Params, x: torch.Tensor, ad
     return vmap(grad(loss), in_dims=(None, 0, 0, 0))(params, x, adj, y)
 
 
+def clipped_sum(flat: torch.Tensor, clip: float, extra: SparseRows | None = None) -> torch.Tensor:
+    """Σ_t clip(g_t) [d] float64 over the per-node gradients flat [T, d] and, for an auditor, `extra`
+    per-node gradients held sparsely (attacks/dp/gradient_canaries.py): indices [R, s] (distinct within a
+    row, so clipping a row's s values clips the row) and values [R, s]."""
+    total = clip_rows(flat, clip).sum(0)
+    if extra is not None:
+        indices, values = extra
+        total = total.index_add(0, indices.reshape(-1), clip_rows(values, clip).reshape(-1))
+    return total
+
+
 def private_gradient(grads: Params, clip: float, mechanism: GaussianMechanism, source: NoiseSource,
-                     denominator: float) -> Params:
-    """(Σ_t clip(g_t) + N(0, (σΔ)²)) / denominator, per parameter; grads {name: [T, *shape]}."""
+                     denominator: float, extra: SparseRows | None = None) -> Params:
+    """(Σ_t clip(g_t) + N(0, (σΔ)²)) / denominator, per parameter; grads {name: [T, *shape]}, flattened in
+    their order; `extra`: more per-node gradients in that flat layout (clipped_sum)."""
     names = list(grads)
     flat = torch.cat([grads[n].reshape(grads[n].shape[0], -1) for n in names], dim=1)
-    total = clip_rows(flat, clip).sum(0)
+    total = clipped_sum(flat, clip, extra)
     noisy = (total + mechanism.noise(total.shape, source)) / denominator
     out, i = {}, 0
     for n in names:
