@@ -3,6 +3,7 @@
 `--attack dp-audit[:KEY=VALUE,...]` (issue #41). Each mechanism has a *design*, an Attack class that
 inserts the canaries suited to its DP unit and scores them with attacks/dp/estimators.py:
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
+- FedGPL's split messages (row level): canary rows, attacks/dp/split_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -10,12 +11,21 @@ builds it from the KEY=VALUE params; every other step is the design's. Params ev
 """
 from __future__ import annotations
 
+import inspect
+
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
+from attacks.dp.split_audit import CanaryRowAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit,)
-SUPPORTED = "--method dp-fedavg with --dp gaussian:...,on=update"
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, CanaryRowAudit)
+SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method fedgpl with --dp laplace|gaussian:...,"
+             "on=m1|m3|split")
+
+
+def design_keys(design: type[Attack]) -> set[str]:
+    """The KEY=VALUE params a design's constructor takes."""
+    return set(inspect.signature(design.__init__).parameters) - {"self"}
 
 
 class DPAudit(Attack):
@@ -33,7 +43,13 @@ class DPAudit(Attack):
             raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
         self.params = params
         self.design: Attack | None = None
-        CanaryClientAudit(**params)  # the default design checks its params now, before any run (CLI parse time)
+        # the first design taking every key checks the params now, before any run (CLI parse time)
+        taking = [d for d in DESIGNS if set(params) <= design_keys(d)]
+        if not taking:
+            valid = sorted(set().union(*map(design_keys, DESIGNS)))
+            raise ValueError(f"dp-audit: params {', '.join(sorted(params))}: no one design takes them all; valid: "
+                             f"{', '.join(valid)} (each design's own: attacks/dp/)")
+        taking[0](**params)
 
     def prepare(self, setup, method: str) -> None:
         """Pick and build the design, then let it insert its canaries. ValueError (one line) on a run

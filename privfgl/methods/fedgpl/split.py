@@ -90,20 +90,29 @@ class SplitClient:
 
 
 def split_step(fed: Federation, round: int, k: int, client: SplitClient, server: SplitServer, batch, dp=None,
-               truth: list | None = None, released: list | None = None) -> float:
+               truth: list | None = None, released: list | None = None, canaries=None) -> float:
     """One minibatch (a PyG Batch with x, edge_index, batch, y [B], optionally node_ids) through M1-M4;
     returns the loss. `dp`: a SplitDP (None: no noise). `truth`: the auditor's log (never sent): one
     entry per M1 with the round, client, the global node id of every row (−1: made by the prompt),
     the rows' clean input features and the samples' labels. `released`: None: the client steps its
     optimiser on this minibatch's clean gradients; a list: the prompt and head stay fixed and the
     minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are appended to
-    it for the round-end update (released.update_from_released)."""
+    it for the round-end update (released.update_from_released). `canaries`: dp-audit's canary rows
+    (attacks/dp/split_audit.CanaryRows): where it has rows for a message, they are clipped and noised
+    with the message's rows in one release and sent beside them as the field `canary_rows`."""
     protect = (lambda name, rows: rows) if dp is None else dp.protect
+
+    def send(name: str, key: str, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        extra = None if canaries is None else canaries.rows(name, round, k, rows.shape[-1])
+        if extra is None:
+            return {key: protect(name, rows)}
+        sent = protect(name, torch.cat([rows, extra.to(rows.dtype)]))
+        return {key: sent[:len(rows)], "canary_rows": sent[len(rows):]}
     B = int(batch.num_graphs)
     client.optimizer.zero_grad()
     # client: prompt, M1 up
     x_p, edge_p, batch_p = client.prompt(batch.x, batch.edge_index, batch.batch, B)
-    m1 = fed.upload(round, k, M1, {"x": protect(M1, x_p.detach()), "edge_index": edge_p, "batch": batch_p})
+    m1 = fed.upload(round, k, M1, {**send(M1, "x", x_p.detach()), "edge_index": edge_p, "batch": batch_p})
     if truth is not None:
         rows = client.prompt.last_rows
         ids = getattr(batch, "node_ids", None)
@@ -121,7 +130,7 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
     if client.anchor is not None and client.mu:
         loss = loss + client.mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(client.parameters(), client.anchor))
     loss.backward()
-    m3 = fed.upload(round, k, M3, {"grad": protect(M3, h_c.grad.detach() * B)})
+    m3 = fed.upload(round, k, M3, send(M3, "grad", h_c.grad.detach() * B))
     # server: trunk backward, M4 down
     g_x = server.backward(x_s, h, m3)
     m4 = fed.send(round, k, M4, {"grad": protect(M4, g_x)})
