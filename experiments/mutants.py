@@ -721,6 +721,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("DS3", "the quickstart's central DP row is not audited (no 'ε audit ≥' number)",
      "privfgl/sweep/quickstart.toml", 'attacks = ["label-inference", "dp-audit:canaries=10000"]',
      'attacks = ["label-inference"]', ["tests/test_cli.py", "-k", "quickstart"]),
+    ("DF1", "Laplace noise at half the scale C/ε (dp-audit's canary rows on M1 see twice the ε)",
+     "privfgl/privacy/mechanisms.py", "return source.laplace(shape, self.scale)",
+     "return source.laplace(shape, self.scale / 2)",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1"]),
+    ("DF2", "split DP rows sent unclipped: a canary row's raw 10·C reaches the message",
+     "privfgl/privacy/split_dp.py", "clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)",
+     "clipped = rows.detach().double()",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1"]),
 ]
 
 
