@@ -74,12 +74,56 @@ class CanaryRows:
         rows[slots, torch.as_tensor(self.coordinates(k, width))[slots]] = self.scale * self.clip
         return rows
 
+    def sample(self, round: int, k: int, width: int) -> None:
+        """Canary rows insert no sample (split_step's other hook)."""
+        return None
+
     def record(self) -> dict:
         """The run record's `canary_rows` block (how many were inserted, never the coins)."""
         return {"inserted": self.count, "message": self.message, "raw_norm_over_clip": self.scale,
                 "rounds_sent": len({r for r, _ in self.sent}),
                 "note": "auditor's canary row slots beside the client's rows (field canary_rows), clipped and "
                         "noised with them; in no loss, no update, no accuracy"}
+
+
+@dataclass(frozen=True)
+class CanarySample:
+    """One canary sample as split_step takes it: node rows [1, d] (after the prompt), label [] and weight."""
+    rows: torch.Tensor
+    label: torch.Tensor
+    weight: float
+
+
+class CanarySamples:
+    """Canary SAMPLES (experiments/dp_audit_split_influence.py; no dp-audit design uses them: see
+    docs/dp-audit.md): one per client and round, joining the client's first minibatch of the round after
+    its prompt; its coin (fair, independent per client and round) sets its loss weight, 1 (in) or 0 (out:
+    its M3 row is zeros and it moves nothing, the accounted neighbour). Its node row scale·v (v the public
+    direction, e.g. the mean public feature row) and its label (r·K + k) mod classes are public; so are
+    its M1 row and the H the server computes from it. Under a clean step between minibatches its loss
+    moves the head, and with it every later M3 row of the round."""
+
+    def __init__(self, clients: int, classes: int, scale: float, seed: int, rounds: int, direction: torch.Tensor):
+        self.clients, self.classes, self.scale, self.seed = clients, classes, scale, seed
+        self.direction = direction.double() / direction.double().norm()
+        self.coins = np.random.default_rng([seed, 0x5A3]).random((rounds, clients)) < 0.5
+        self.sent: set[tuple[int, int]] = set()
+        self.count = rounds * clients
+
+    def rows(self, name: str, round: int, k: int, width: int) -> None:
+        return None
+
+    def sample(self, round: int, k: int, width: int) -> CanarySample | None:
+        if (round, k) in self.sent or round >= len(self.coins):
+            return None
+        self.sent.add((round, k))
+        return CanarySample((self.scale * self.direction).unsqueeze(0), torch.tensor((round * self.clients + k) % self.classes),
+                            float(self.coins[round, k]))
+
+    def record(self) -> dict:
+        return {"inserted": len(self.sent), "kind": "sample", "raw_norm": self.scale,
+                "note": "one canary sample per client and round in its first minibatch (loss weight = its coin); "
+                        "in no round-end update and no accuracy"}
 
 
 @dataclass(frozen=True)
