@@ -729,6 +729,12 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "privfgl/privacy/split_dp.py", "clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)",
      "clipped = rows.detach().double()",
      ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1"]),
+    ("DF3", "the pre-fix FedGPL split step on the default path: clean head/prompt steps between minibatches, "
+     "accounted as disjoint releases (survives one dp-audit run: experiments/dp_audit_split_influence.py)",
+     "privfgl/methods/fedgpl/run.py",
+     'from_released = dp is not None and p.split_dp_composition == "released"',
+     "from_released = False",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1 or gaussian_m3"]),
 ]
 
 
