@@ -38,7 +38,8 @@ def later_rows(composition: str, coin: bool, clients: int, rounds: int, scale: f
                       "threads": 1})
 
     def insert(setup) -> None:
-        canaries = CanarySamples(clients, setup.num_classes, scale, 0, rounds, setup.extras["population_features"].mean(0))
+        direction = setup.extras["population_features"].mean(0)  # the public features' mean row
+        canaries = CanarySamples(clients, setup.num_classes, scale, 0, rounds, direction)
         canaries.coins[:] = coin
         setup.extras["split_canaries"] = canaries
     _, setup = run(cfg, prepare=[insert])

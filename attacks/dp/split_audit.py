@@ -117,8 +117,8 @@ class CanarySamples:
         if (round, k) in self.sent or round >= len(self.coins):
             return None
         self.sent.add((round, k))
-        return CanarySample((self.scale * self.direction).unsqueeze(0), torch.tensor((round * self.clients + k) % self.classes),
-                            float(self.coins[round, k]))
+        label = torch.tensor((round * self.clients + k) % self.classes)
+        return CanarySample((self.scale * self.direction).unsqueeze(0), label, float(self.coins[round, k]))
 
     def record(self) -> dict:
         return {"inserted": len(self.sent), "kind": "sample", "raw_norm": self.scale,
@@ -206,7 +206,8 @@ class CanaryRowAudit(Attack):
                 owned = np.arange(k, aux.count, aux.clients)
                 found = [m for m in view.find(aux.message, r, client_name(k)) if m.tensors and FIELD in m.tensors]
                 if len(owned) and not found:
-                    raise NoInput(f"dp-audit: no canary rows of {client_name(k)} in round {r} in the {view.party}'s view")
+                    raise NoInput(f"dp-audit: no canary rows of {client_name(k)} in round {r} in the "
+                                  f"{view.party}'s view")
                 if len(owned):
                     rows = found[0].tensors[FIELD].double()
                     coords = torch.as_tensor((owned // aux.clients) % rows.shape[-1])
@@ -241,7 +242,8 @@ class CanaryRowAudit(Attack):
         scores = obs.sum(0)
         m = len(c)
         claim = truth.epsilon_message if math.isfinite(truth.epsilon_message) else 50.0
-        k = pick_k(m, gdp_mu(claim, delta if delta > 0 else 1e-5), lambda m, r, v: one_run_epsilon(m, r, v, delta, conf))
+        k = pick_k(m, gdp_mu(claim, delta if delta > 0 else 1e-5),
+                   lambda m, r, v: one_run_epsilon(m, r, v, delta, conf))
         r, v = guess_counts(scores, c, k, k)
         one_run = one_run_epsilon(m, r, v, delta, conf)
         metrics = {"epsilon_lower_bound": per_round, "epsilon_accountant": truth.epsilon_accountant,
@@ -255,7 +257,8 @@ class CanaryRowAudit(Attack):
                    "per_round_step_lower": step.step_lower, "per_round_step_accounted": truth.step,
                    "per_round_observations": f"{step.ins}+{step.outs}",
                    "per_round_errors": f"{step.false_negatives} FN, {step.false_positives} FP",
-                   "rounds": T, "rounds_observed": obs.shape[0], "one_run_epsilon": one_run, "one_run_k": k, "one_run_correct": f"{v}/{r}"}
+                   "rounds": T, "rounds_observed": obs.shape[0], "one_run_epsilon": one_run, "one_run_k": k,
+                   "one_run_correct": f"{v}/{r}"}
         baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
                                                         "probability 1/2, whose bound at any k is 0"}
         return metrics, baseline

@@ -149,7 +149,8 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
     # client: prompt backward, step
     check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
     if m4["grad"].shape != x_up.shape:
-        raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_up.shape)} (as x̃)")
+        raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_up.shape)} "
+                                "(as x̃)")
     feature_grad = m4["grad"][:x_p.shape[0]]  # the client's own rows (without a canary sample's)
     if released is not None:
         released.append({"H": m2["H"][:B].detach(), "grad": m3["grad"][:B].detach(),
