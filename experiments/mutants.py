@@ -733,6 +733,20 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "noisy = (total + mechanism.noise(total.shape, source)) / denominator",
      "noisy = (total + 0.5 * mechanism.noise(total.shape, source)) / denominator",
      ["tests/attacks/test_dp_audit_sgd.py", "-k", "sgd_audit_is_valid"]),
+    ("DF1", "Laplace noise at half the scale C/ε (dp-audit's canary rows on M1 see twice the ε)",
+     "privfgl/privacy/mechanisms.py", "return source.laplace(shape, self.scale)",
+     "return source.laplace(shape, self.scale / 2)",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1"]),
+    ("DF2", "split DP rows sent unclipped: a canary row's raw 10·C reaches the message",
+     "privfgl/privacy/split_dp.py", "clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)",
+     "clipped = rows.detach().double()",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1"]),
+    ("DF3", "the pre-fix FedGPL split step on the default path: clean head/prompt steps between minibatches, "
+     "accounted as disjoint releases (survives one dp-audit run: experiments/dp_audit_split_influence.py)",
+     "privfgl/methods/fedgpl/run.py",
+     'from_released = dp is not None and p.split_dp_composition == "released"',
+     "from_released = False",
+     ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1 or gaussian_m3"]),
 ]
 
 

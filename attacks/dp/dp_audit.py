@@ -4,6 +4,7 @@
 inserts the canaries suited to its DP unit and scores them with attacks/dp/estimators.py:
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
 - Node-level DP-SGD: gradient canaries realising the node sensitivity Δ, attacks/dp/sgd_audit.py.
+- FedGPL's split messages (row level): canary rows, attacks/dp/split_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -16,10 +17,12 @@ import inspect
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
 from attacks.dp.sgd_audit import GradientCanaryAudit
+from attacks.dp.split_audit import CanaryRowAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit)
-SUPPORTED = "--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated)"
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit)
+SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
+             "with --dp laplace|gaussian:...,on=m1|m3|split")
 
 
 def design_keys(design: type[Attack]) -> set[str]:

@@ -264,7 +264,8 @@ def run_fedgpl(setup: Setup) -> None:
                 loader = DataLoader(_graphs(s, 0), batch_size=p.batch_size, shuffle=True, generator=gen)
                 released = [] if from_released else None
                 for batch in loader:
-                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None, released)
+                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None, released,
+                               setup.extras.get("split_canaries"))
                 if from_released:
                     update_from_released(c, released)
         if dp is not None:

@@ -90,20 +90,38 @@ class SplitClient:
 
 
 def split_step(fed: Federation, round: int, k: int, client: SplitClient, server: SplitServer, batch, dp=None,
-               truth: list | None = None, released: list | None = None) -> float:
+               truth: list | None = None, released: list | None = None, canaries=None) -> float:
     """One minibatch (a PyG Batch with x, edge_index, batch, y [B], optionally node_ids) through M1-M4;
     returns the loss. `dp`: a SplitDP (None: no noise). `truth`: the auditor's log (never sent): one
     entry per M1 with the round, client, the global node id of every row (−1: made by the prompt),
     the rows' clean input features and the samples' labels. `released`: None: the client steps its
     optimiser on this minibatch's clean gradients; a list: the prompt and head stay fixed and the
     minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are appended to
-    it for the round-end update (released.update_from_released)."""
+    it for the round-end update (released.update_from_released). `canaries`: dp-audit's canaries
+    (attacks/dp/split_audit.py), None, or an object with `rows` and `sample`. rows(name, round, k, width):
+    canary rows clipped and noised with the message's rows in one release and sent beside them as the
+    field `canary_rows`. sample(round, k, width): a canary sample (one node row, a label, a weight 0 or
+    1) that joins this minibatch after the prompt as graph B: its row in M1 and M4, its H in M2, its
+    loss (times the weight) in M3 and in the clean step; never in the round-end update or accuracy."""
     protect = (lambda name, rows: rows) if dp is None else dp.protect
+
+    def send(name: str, key: str, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        extra = None if canaries is None else canaries.rows(name, round, k, rows.shape[-1])
+        if extra is None:
+            return {key: protect(name, rows)}
+        sent = protect(name, torch.cat([rows, extra.to(rows.dtype)]))
+        return {key: sent[:len(rows)], "canary_rows": sent[len(rows):]}
     B = int(batch.num_graphs)
     client.optimizer.zero_grad()
     # client: prompt, M1 up
     x_p, edge_p, batch_p = client.prompt(batch.x, batch.edge_index, batch.batch, B)
-    m1 = fed.upload(round, k, M1, {"x": protect(M1, x_p.detach()), "edge_index": edge_p, "batch": batch_p})
+    canary = None if canaries is None else canaries.sample(round, k, x_p.shape[-1])
+    x_up, batch_up, graphs = x_p.detach(), batch_p, B
+    if canary is not None:  # graph B: the canary's node rows, no edges
+        x_up = torch.cat([x_up, canary.rows.to(x_up.dtype)])
+        batch_up = torch.cat([batch_p, torch.full((len(canary.rows),), B, dtype=batch_p.dtype)])
+        graphs = B + 1
+    m1 = fed.upload(round, k, M1, {**send(M1, "x", x_up), "edge_index": edge_p, "batch": batch_up})
     if truth is not None:
         rows = client.prompt.last_rows
         ids = getattr(batch, "node_ids", None)
@@ -112,28 +130,33 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
                       "node_ids": torch.where(rows >= 0, ids[rows.clamp_min(0)], -1) if ids is not None else None,
                       "features": torch.where((rows >= 0).unsqueeze(1), batch.x[rows.clamp_min(0)], 0.0)})
     # server: trunk forward, M2 down
-    x_s, h = server.forward(m1, B)
+    x_s, h = server.forward(m1, graphs)
     m2 = fed.send(round, k, M2, {"H": protect(M2, h.detach())})
     # client: head and loss, M3 up
     check_message(M2, m2, {"H": (2, True, None)})
     h_c = m2["H"].detach().requires_grad_(True)
-    loss = F.cross_entropy(client.head(h_c), batch.y)
+    logits = client.head(h_c)
+    loss = F.cross_entropy(logits[:B], batch.y)
+    if canary is not None:  # B·∂L/∂H of its row is weight·∂CE/∂H, as every sample's own
+        loss = loss + canary.weight * F.cross_entropy(logits[B:], canary.label.view(1)) / B
     if client.anchor is not None and client.mu:
         loss = loss + client.mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(client.parameters(), client.anchor))
     loss.backward()
-    m3 = fed.upload(round, k, M3, {"grad": protect(M3, h_c.grad.detach() * B)})
+    m3 = fed.upload(round, k, M3, send(M3, "grad", h_c.grad.detach() * B))
     # server: trunk backward, M4 down
     g_x = server.backward(x_s, h, m3)
     m4 = fed.send(round, k, M4, {"grad": protect(M4, g_x)})
     # client: prompt backward, step
     check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
-    if m4["grad"].shape != x_p.shape:
-        raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_p.shape)} (as x̃)")
+    if m4["grad"].shape != x_up.shape:
+        raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_up.shape)} "
+                                "(as x̃)")
+    feature_grad = m4["grad"][:x_p.shape[0]]  # the client's own rows (without a canary sample's)
     if released is not None:
-        released.append({"H": m2["H"].detach(), "grad": m3["grad"].detach(), "feature_grad": m4["grad"].detach(),
-                         "num_graphs": B})
+        released.append({"H": m2["H"][:B].detach(), "grad": m3["grad"][:B].detach(),
+                         "feature_grad": feature_grad.detach(), "num_graphs": B})
         return float(loss.detach())
     if x_p.requires_grad:
-        x_p.backward(m4["grad"].to(x_p.dtype) / B)
+        x_p.backward(feature_grad.to(x_p.dtype) / B)
     client.optimizer.step()
     return float(loss.detach())
