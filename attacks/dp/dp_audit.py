@@ -3,6 +3,7 @@
 `--attack dp-audit[:KEY=VALUE,...]` (issue #41). Each mechanism has a *design*, an Attack class that
 inserts the canaries suited to its DP unit and scores them with attacks/dp/estimators.py:
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
+- Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -12,10 +13,25 @@ from __future__ import annotations
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
+from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit,)
-SUPPORTED = "--method dp-fedavg with --dp gaussian:...,on=update"
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, CanaryContributionAudit)
+SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; any other method with --dp gaussian|laplace:...,"
+             "on=MESSAGE,mode=local|distributed")
+
+
+def check_params(params: dict) -> None:
+    """Before any run (CLI parse time): some design takes these params, or the first design's error
+    (TypeError for an unknown key, ValueError for a bad value) is raised."""
+    errors = []
+    for design in DESIGNS:
+        try:
+            design(**params)
+            return
+        except (TypeError, ValueError) as e:
+            errors.append(e)
+    raise errors[0]
 
 
 class DPAudit(Attack):
@@ -33,14 +49,17 @@ class DPAudit(Attack):
             raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
         self.params = params
         self.design: Attack | None = None
-        CanaryClientAudit(**params)  # the default design checks its params now, before any run (CLI parse time)
+        check_params(params)
 
     def prepare(self, setup, method: str) -> None:
         """Pick and build the design, then let it insert its canaries. ValueError (one line) on a run
         no design fits."""
         for design in DESIGNS:
             if design.fits(setup, method):
-                self.design = design(**self.params)
+                try:
+                    self.design = design(**self.params)
+                except TypeError as e:  # a key another design takes
+                    raise ValueError(f"dp-audit: {e} (a key of another design's, not {method}'s)") from None
                 self.design.prepare(setup, method)
                 return
         raise ValueError(f"dp-audit: no canary design fits --method {method}; valid: {SUPPORTED}")
