@@ -28,6 +28,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         **({"canaries": record_block(setup.extras["canaries"])} if "canaries" in setup.extras else {}),  # --canaries
         **({"canary_clients": setup.extras["canary_clients"].record()}  # dp-audit's canary clients
            if "canary_clients" in setup.extras else {}),
+        **({"canary_nodes": setup.extras["canary_nodes"].record()}  # dp-audit's canary nodes (O-pFGL)
+           if "canary_nodes" in setup.extras else {}),
         "cost": cost,
         "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict(),
                  **({"caches": setup.extras["caches"]} if "caches" in setup.extras else {})},  # hit/miss, provenance

@@ -4,6 +4,7 @@
 inserts the canaries suited to its DP unit and scores them with attacks/dp/estimators.py:
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
 - Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
+- O-pFGL's DP class statistics (`dp_epsilon=...`): canary nodes, attacks/dp/opfgl_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -14,11 +15,12 @@ from __future__ import annotations
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
 from attacks.dp.message_audit import CanaryContributionAudit
+from attacks.dp.opfgl_audit import CanaryNodeAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, CanaryContributionAudit)
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, CanaryContributionAudit, CanaryNodeAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; any other method with --dp gaussian|laplace:...,"
-             "on=MESSAGE,mode=local|distributed")
+             "on=MESSAGE,mode=local|distributed; --method opfgl with dp_epsilon and dp_mode=distributed")
 
 
 def check_params(params: dict) -> None:
