@@ -50,7 +50,7 @@ class CanaryContributionAudit(CanaryClientAudit):
 
     @staticmethod
     def fits(setup, method: str) -> bool:
-        return method != "dp-fedavg" and setup.federation.dp is not None
+        return method != "dp-fedavg" and getattr(setup.federation, "dp", None) is not None
 
     def __init__(self, message: str | None = None, **params):
         if params.get("view", "rounds") != "rounds":
