@@ -106,3 +106,11 @@ def test_canary_nodes_add_the_accounted_sensitivity_at_disjoint_cells():
         nodes.sensitivities["S2"] * inc.sum())
     assert n.tolist() == np.bincount(cells[inc] // f, minlength=C).tolist()
     assert np.allclose(nodes.observe(flat), inc.astype(float))
+
+
+def test_gaussian_fit_estimate_of_a_far_fitted_distribution_is_a_number():
+    """A broken mechanism's canaries sit hundreds of null stds away (DM4): the estimate is large or inf,
+    never an overflow."""
+    from attacks.dp.estimators import gaussian_fit_epsilon
+    far = np.random.default_rng(0).normal(40.0, 1.0, 300)
+    assert gaussian_fit_epsilon(far, 100, 1e-5) > 100
