@@ -75,6 +75,11 @@ class CanaryDirections:
             return (u @ vectors.double().T).T
 
 
+def fair_coins(seed: int, count: int) -> np.ndarray:
+    """[count] bool: each canary's independent fair coin ("in"), the auditor's secret (PCG64 from [seed, 0xC01])."""
+    return np.random.default_rng([seed, 0xC01]).random(count) < 0.5
+
+
 def round_signs(seed: int, round: int, count: int) -> np.ndarray:
     """ς_t [N] in {−1, +1}: the canaries' public signs of round t."""
     return np.random.default_rng([seed, 0x516, round]).integers(0, 2, size=count) * 2 - 1
@@ -92,7 +97,7 @@ class CanaryClients:
         self.count, self.seed, self.scale, self.support, self.sample_rate = count, seed, scale, support, sample_rate
         self.message = message  # the aggregated message whose sums hold the canaries' inputs
         self.signed = signed  # per-round public signs (a final-model statistic needs them all +1)
-        self.coins = np.random.default_rng([seed, 0xC01]).random(count) < 0.5
+        self.coins = fair_coins(seed, count)
         self.directions: CanaryDirections | None = None  # drawn at the first sum (d is the model's)
         self.sampled: dict[int, np.ndarray] = {}
         # round -> the index of that round's release of `message` in dp.noise_draws (local/distributed: the

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attacks.dp.canary_clients import CanaryDirections
+from attacks.dp.canary_clients import CanaryDirections, fair_coins
 from privfgl.privacy.dpsgd import influence_count
 from privfgl.privacy.stats import ClassStatsRelease
 
@@ -44,7 +44,7 @@ class CanaryNodes:
         self.count, self.seed, self.num_classes, self.bound, self.influence = count, seed, num_classes, bound, influence
         sens = ClassStatsRelease(bound, 1.0, influence).sensitivities  # σ is not used: the unit's Δ per block
         self.sensitivities = {k: float(v) for k, v in sens.items()}
-        self.coins = np.random.default_rng([seed, 0xC01]).random(count) < 0.5
+        self.coins = fair_coins(seed, count)
         self.cells: CanaryDirections | None = None  # drawn at the sum (f' is the statistics')
         self.features = 0
 
