@@ -747,6 +747,22 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'from_released = dp is not None and p.split_dp_composition == "released"',
      "from_released = False",
      ["tests/attacks/test_dp_audit_split.py", "-k", "laplace_m1 or gaussian_m3"]),
+    ("DM1", "message DP (FedAvg, any method's --dp ...,on=MESSAGE) noise at half the calibrated std",
+     "privfgl/privacy/message_dp.py", "{n: self.mechanism.noise(t.shape, self.source, share) for",
+     "{n: self.mechanism.noise(t.shape, self.source, share / 4) for",
+     ["tests/attacks/test_dp_audit_message.py", "-k", "fedavg_distributed"]),
+    ("DM2", "message DP's accountant counts half the releases (every other one)",
+     "privfgl/privacy/message_dp.py", "self.accountant.add_gaussian(self.spec.sigma, sample_rate)",
+     "self.accountant.add_gaussian(self.spec.sigma, sample_rate, count=len(self.noise_draws) % 2)",
+     ["tests/attacks/test_dp_audit_message.py", "-k", "fedavg_distributed"]),
+    ("DM3", "O-pFGL's DP class statistics noised at half the calibrated std", "privfgl/privacy/stats.py",
+     "return {k: mech.noise(shapes[k], source, share) * s for",
+     "return {k: mech.noise(shapes[k], source, share) * s / 2 for",
+     ["tests/attacks/test_dp_audit_message.py", "-k", "opfgl_canary_node"]),
+    ("DM4", "O-pFGL's sensitivity calibrated with influence 1, not N = Σ D^i", "privfgl/methods/opfgl/dp.py",
+     "influence = 1 if p.hops == 0 else influence_count(p.dp_degree, p.hops + 1)",
+     "influence = 1",
+     ["tests/attacks/test_dp_audit_message.py", "-k", "opfgl_canary_node"]),
 ]
 
 

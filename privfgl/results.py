@@ -32,6 +32,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
            if "gradient_canaries" in setup.extras else {}),
         **({"canary_rows": setup.extras["split_canaries"].record()}  # dp-audit's canary rows (FedGPL split DP)
            if "split_canaries" in setup.extras else {}),
+        **({"canary_nodes": setup.extras["canary_nodes"].record()}  # dp-audit's canary nodes (O-pFGL)
+           if "canary_nodes" in setup.extras else {}),
         "cost": cost,
         "time": {"total_s": round(total_s, 4), "phases": fed.timer.as_dict(),
                  **({"caches": setup.extras["caches"]} if "caches" in setup.extras else {})},  # hit/miss, provenance

@@ -59,6 +59,25 @@ def test_the_sweep_audits_central_and_distributed_dp_fedavg_at_every_target_epsi
                            "attacks.0.metrics.gdp_epsilon_estimate", "attacks.0.metrics.gaussian_fit_epsilon_estimate"}
 
 
+def test_the_sweep_audits_message_dp_and_opfgl_statistics_at_every_target_epsilon(tmp_path):
+    """Canary contributions (FedAvg's model_update, distributed DP behind secagg) and canary nodes (O-pFGL's
+    statistics, dp_mode=distributed behind secagg), each at every target ε, on DP-FedAvg's setting."""
+    sweep = load_sweep(CONFIG, results=tmp_path)
+    for method, attack in (("fedavg", "dp-audit:canaries=10000"), ("opfgl", "dp-audit:canaries=20000")):
+        cells = [c for c in sweep.cells if c.options["method"] == method]
+        assert sorted(c.options["target_epsilon"] for c in cells) == TARGETS
+        for cell in cells:
+            o = cell.options
+            assert o["attacks"] == [attack] and o["protocol"] == "secagg"
+            assert (o["dataset"], o["partition"], o["clients"]) == ("cora", "louvain", 10)
+            if method == "fedavg":
+                assert o["dp"].startswith("gaussian:sigma={sigma},clip=0.5,on=update,mode=distributed")
+                assert o["rounds"] == 20 and not o.get("method_params")
+            else:
+                assert o["method_params"]["dp_epsilon"] == "{target_epsilon}"
+                assert o["method_params"]["dp_mode"] == "distributed" and "dp" not in o
+
+
 def test_the_docs_table_is_the_sweeps_and_no_valid_bound_exceeds_the_accountants_epsilon(tmp_path):
     sweep = load_sweep(CONFIG, results=tmp_path)
     rows = _doc_rows()

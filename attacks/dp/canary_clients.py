@@ -48,7 +48,7 @@ class CanaryDirections:
         coordinates cut into blocks of `support` (ascending per row), random signs. Disjoint supports make
         the directions exactly orthonormal, so the projections of i.i.d. noise on them are independent."""
         if count * support > dimension:
-            raise ValueError(f"dp-audit: canaries={count} × support={support} exceeds the model update's "
+            raise ValueError(f"dp-audit: canaries={count} × support={support} exceeds the message's "
                              f"{dimension} coordinates; valid: canaries × support <= {dimension}")
         rng = np.random.default_rng([seed, 0xCA7])
         idx = np.sort(rng.permutation(dimension)[:count * support].reshape(count, support), axis=1)
@@ -76,6 +76,11 @@ class CanaryDirections:
             return (u @ vectors.double().T).T
 
 
+def fair_coins(seed: int, count: int) -> np.ndarray:
+    """[count] bool: each canary's independent fair coin ("in"), the auditor's secret (PCG64 from [seed, 0xC01])."""
+    return np.random.default_rng([seed, 0xC01]).random(count) < 0.5
+
+
 def round_signs(seed: int, round: int, count: int) -> np.ndarray:
     """ς_t [N] in {−1, +1}: the canaries' public signs of round t."""
     return np.random.default_rng([seed, 0x516, round]).integers(0, 2, size=count) * 2 - 1
@@ -88,26 +93,30 @@ class CanaryClients:
     canary whose coin is "in" puts its input in the sum, one whose coin is "out" puts nothing (its data is
     absent: the add/remove neighbour). Who was sampled is what a server sees under `plain`."""
 
-    message = MESSAGE
-
     def __init__(self, count: int | None, seed: int, scale: float, support: int, sample_rate: float,
-                 signed: bool = True):
+                 signed: bool = True, message: str = MESSAGE):
         """count None: AUTO_COUNT canaries, or as many as the model's d coordinates hold (d // support),
         fixed at the first sum (d is the model's)."""
         self.seed, self.scale, self.support, self.sample_rate = seed, scale, support, sample_rate
+        self.message = message  # the aggregated message whose sums hold the canaries' inputs
         self.signed = signed  # per-round public signs (a final-model statistic needs them all +1)
         self.count, self.coins = None, None
         if count is not None:
             self._resolve(count)
         self.directions: CanaryDirections | None = None  # drawn at the first sum (d is the model's)
         self.sampled: dict[int, np.ndarray] = {}
+        # round -> the index of that round's release of `message` in dp.noise_draws (local/distributed: the
+        # clients' noise draws, whose coalition sums dp.coalition_noise keeps under that index)
+        self.releases: dict[int, int] = {}
         self._rows = None  # (the rows taking part, their flat indices, their signs) of the latest round
 
     def contribution(self, round: int, dp, dimension: int) -> torch.Tensor:
         """The sum [d] of this round's canary inputs after the run's clip: each taking part sends
         scale·C·u_j, which `dp.clip_rows` clips like any client's upload."""
         if dp is None:
-            raise ValueError("canary clients need message DP on model_update (their inputs are clipped by it)")
+            raise ValueError(f"canary clients need message DP on {self.message} (their inputs are clipped by it)")
+        if dp.spec.mode != "central":
+            self.releases[round] = len(dp.noise_draws) - 1
         if self.directions is None:
             if self.count is None:
                 self._resolve(min(AUTO_COUNT, dimension // self.support))
@@ -126,7 +135,7 @@ class CanaryClients:
 
     def _resolve(self, count: int) -> None:
         self.count = count
-        self.coins = np.random.default_rng([self.seed, 0xC01]).random(count) < 0.5
+        self.coins = fair_coins(self.seed, count)
 
     def signs(self, round: int) -> np.ndarray:
         """ς_t [N]: round_signs, or all +1 when unsigned."""

@@ -5,6 +5,8 @@ inserts the canaries suited to its DP unit and scores them with attacks/dp/estim
 - DP-FedAvg (client level): canary clients, attacks/dp/fedavg_audit.py.
 - Node-level DP-SGD: gradient canaries realising the node sensitivity Δ, attacks/dp/sgd_audit.py.
 - FedGPL's split messages (row level): canary rows, attacks/dp/split_audit.py.
+- Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
+- O-pFGL's DP class statistics (`dp_epsilon=...`): canary nodes, attacks/dp/opfgl_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -16,18 +18,28 @@ import inspect
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
+from attacks.dp.message_audit import CanaryContributionAudit
+from attacks.dp.opfgl_audit import CanaryNodeAudit
 from attacks.dp.sgd_audit import GradientCanaryAudit
 from attacks.dp.split_audit import CanaryRowAudit
 from attacks.view import AdversaryView
 
-DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit)
+# the first that fits a run is used: the generic message-DP design last
+DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit, CanaryNodeAudit,
+                                     CanaryContributionAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
-             "with --dp laplace|gaussian:...,on=m1|m3|split")
+             "with --dp laplace|gaussian:...,on=m1|m3|split; --method opfgl with dp_epsilon and "
+             "dp_mode=distributed; any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
 
 
 def design_keys(design: type[Attack]) -> set[str]:
-    """The KEY=VALUE params a design's constructor takes."""
-    return set(inspect.signature(design.__init__).parameters) - {"self"}
+    """The KEY=VALUE params a design's constructor takes (a **params constructor: its own and its base
+    design's, to which it passes them on)."""
+    params = inspect.signature(design.__init__).parameters
+    keys = {k for k, v in params.items() if v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)} - {"self"}
+    if any(v.kind == v.VAR_KEYWORD for v in params.values()):
+        keys |= design_keys(design.__mro__[1])
+    return keys
 
 
 class DPAudit(Attack):

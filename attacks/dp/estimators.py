@@ -409,7 +409,10 @@ def gaussian_pair_delta(epsilon: float, mean_p: float, std_p: float, mean_q: flo
                 p, q = p1 + p2, q1 + q2
             else:
                 p, q = mass(x1, x2)
-    return max(0.0, p - math.exp(epsilon) * q)
+    if q == 0:
+        return p
+    log_eq = epsilon + math.log(q)  # e^ε·Q(S) overflows a float long before it stops mattering: P(S) <= 1
+    return max(0.0, p - math.exp(log_eq)) if log_eq < 700 else 0.0
 
 
 def gaussian_fit_epsilon(statistics, dimension: int, delta: float) -> float:

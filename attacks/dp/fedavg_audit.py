@@ -43,7 +43,7 @@ import torch
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import MESSAGE, CanaryClients, CanaryDirections
 from attacks.dp.dp_audit_bound import bound_over_thresholds, split_half_bound
-from attacks.dp.estimators import (gaussian_fit_epsilon, gdp_mu, guess_counts, one_run_epsilon,
+from attacks.dp.estimators import (PerStepBound, gaussian_fit_epsilon, gdp_mu, guess_counts, one_run_epsilon,
                                    one_run_fdp_epsilon, per_round_gdp_audit, per_step_bound)
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
@@ -216,8 +216,7 @@ class CanaryClientAudit(Attack):
         if rec.per_round is not None:
             stat_in = rec.per_round[:, c][rec.possible[:, c]]
             stat_out = rec.per_round[:, ~c][rec.possible[:, ~c]]
-            # threshold fixed by the design: half the canary's per-round shift (C, i.e. 1 in these units)
-            per_step = per_step_bound(stat_in, stat_out, 0.5, truth.rounds, delta, "gaussian", conf)
+            per_step = self.per_step(stat_in, stat_out, truth)
             bounds["per_round"] = per_step.epsilon_lower
         estimator = self.estimator(truth.accounted_sample_rate, rec.per_round is not None)
         metrics = {"epsilon_lower_bound": bounds[estimator], "epsilon_accountant": truth.epsilon_accountant,
@@ -239,6 +238,11 @@ class CanaryClientAudit(Attack):
         baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
                                                         "probability 1/2, whose bound at any k is 0"}
         return metrics, baseline
+
+    def per_step(self, stat_in: np.ndarray, stat_out: np.ndarray, truth: AuditTruth) -> PerStepBound:
+        """The per-round bound against the Gaussian claim: the threshold fixed by the design at half the
+        canary's per-round shift (C, i.e. 1 in these units)."""
+        return per_step_bound(stat_in, stat_out, 0.5, truth.rounds, truth.delta, "gaussian", self.confidence)
 
     @staticmethod
     def estimator(accounted_sample_rate: float, per_round: bool) -> str:

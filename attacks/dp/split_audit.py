@@ -154,7 +154,7 @@ class CanaryRowAudit(Attack):
 
     @staticmethod
     def fits(setup, method: str) -> bool:
-        return method == "fedgpl"
+        return method == "fedgpl" and setup.extras.get("split_dp_spec") is not None
 
     def __init__(self, canaries: int = 2000, message: str | None = None, seed: int = 0, scale: int | str = 10,
                  confidence: float | str = 0.95):

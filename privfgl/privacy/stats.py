@@ -15,7 +15,7 @@ nodes (use labelled nodes only: pseudo-labels such as O-pFGL's HRE are outside t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -84,7 +84,9 @@ class StatsReleaseReport:
     mode: "central" (noise added once to the revealed sum) or "distributed" (each of the K clients
     adds a 1/(K - c) share of the variance before the secure sum); unit: the protected unit, in words;
     details: method-specific facts (degree bound, which nodes were summed, ...); source: where the
-    noise came from (recorded as noise_source, seed and, when seeded, seed_warning)."""
+    noise came from (recorded as noise_source, seed and, when seeded, seed_warning); client_noise: each
+    client's own noise draw {block: tensor} (distributed), for an auditor only (what a colluding client knows
+    of its own upload: attacks/dp/opfgl_audit.py), never in the record."""
     release: ClassStatsRelease
     target_epsilon: float
     delta: float
@@ -92,6 +94,7 @@ class StatsReleaseReport:
     unit: str
     details: dict
     source: NoiseSource
+    client_noise: tuple[dict[str, torch.Tensor], ...] = field(default=(), repr=False, compare=False)
 
     def report(self) -> dict:
         r = self.release

@@ -88,17 +88,14 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
     source = NoiseSource.from_setting(p.dp_seed if p.dp_seed == OS else int(p.dp_seed))
     uploads = [client_sums(c, num_classes, p, seed) for c in clients]
     K = len(clients)
-    extra = {}
+    extra, noises = {}, []
     if mode == "distributed":
         c, tolerated = colluders(p, fed.protocol, K)
         share = share_fraction(K, c)
         extra["distributed"] = distributed_report(
             K, c, tolerated, lambda m: gaussian_epsilon([(mech.sigma * m, 1.0, 1)], p.dp_delta))
-        noised = []
-        for u in uploads:
-            noise = mech.noise({b: u[b].shape for b in BLOCKS}, source, share)
-            noised.append({b: u[b] + noise[b] for b in BLOCKS})
-        uploads = noised
+        noises = [mech.noise({b: u[b].shape for b in BLOCKS}, source, share) for u in uploads]
+        uploads = [{b: u[b] + noise[b] for b in BLOCKS} for u, noise in zip(uploads, noises)]
     total = fed.aggregate(0, "class_stats", uploads, reveal_to=reveal_to)
     survivors = fed.survivors(0, "class_stats")
     if mode == "distributed" and len(survivors) < len(clients):
@@ -116,4 +113,4 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
                "min_count": "not applied (every client sends every class; m_c = K, the survivors under dropout)",
                "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal", **extra}
     return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
-                                                                              UNIT, details, source)
+                                                                              UNIT, details, source, tuple(noises))
