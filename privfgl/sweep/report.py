@@ -192,6 +192,19 @@ def markdown(sweep: Sweep, summary: list[dict]) -> str:
             f"`{shown(sweep.source)}`, records in `{shown(sweep.results)}/records/`.\n\n" + "\n".join(lines) + "\n")
 
 
+def _spaced(xs: list[float], logx: bool) -> list[float]:
+    """The labelled x ticks: the data's x values, less any within 5 % (log axis: a factor 1.05) of the
+    previous one kept, whose labels would print over each other (e.g. accountant ε 0.4953, 0.4986, 0.5)."""
+    kept: list[float] = []
+    span = (xs[-1] - xs[0]) if xs else 0.0
+    for x in xs:
+        if kept and math.isfinite(x) and math.isfinite(kept[-1]) and (
+                (logx and kept[-1] > 0 and x / kept[-1] < 1.05) or (not logx and x - kept[-1] < 0.05 * span)):
+            continue
+        kept.append(x)
+    return kept
+
+
 def titled(title: str, summary: list[dict]) -> str:
     """`title` with `{dataset}` replaced by the datasets the records ran on: a real one by its name
     (Cora), a synthetic one said to be one ("synthetic graph 'sbm'"), so that a sweep run on a
@@ -280,7 +293,7 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
                          if r.get(spec.x) is None and _is_number(r.get(y))]
     references = [plots.Reference(label, value, err, color=f"C{len(series) + j}")
                   for j, (label, value, err) in enumerate(refs)]
-    xs = sorted({p for s in series for p in s.x})
+    xs = _spaced(sorted({p for s in series for p in s.x}), spec.logx)
     ylabel = spec.ylabel or (axis_label(spec.y[0]) if len(spec.y) == 1 else "score")
     plots.line_plot(series, path, references=references, logx=spec.logx, xticks=xs or None, diagonal=spec.diagonal,
                     logy=spec.logy,
