@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,16 +37,33 @@ class AdversaryView:
         return found[0].tensors if found else None
 
 
+class _CopiedOnRead(Mapping):
+    """A message's payload whose tensors are detached copies, each made when first read (a run's view
+    of 20 rounds holds hundreds of model-sized tensors; an attack reads few of them). `memo` is shared
+    by the view, so a tensor broadcast to K receivers is copied once. The originals are the transcript's
+    records, which nothing writes after the run."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], memo: dict[int, torch.Tensor]):
+        self._tensors, self._memo = tensors, memo
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        v = self._tensors[key]
+        if id(v) not in self._memo:
+            self._memo[id(v)] = v.detach().clone()
+        return self._memo[id(v)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
 def _copy(message: Message, memo: dict[int, torch.Tensor]) -> Message:
-    """The message with detached copies of its tensors (a tensor broadcast to K receivers is copied once)."""
+    """The message with detached copies of its tensors, made on first read (_CopiedOnRead)."""
     if message.tensors is None:
         return message
-    tensors = {}
-    for k, v in message.tensors.items():
-        if id(v) not in memo:
-            memo[id(v)] = v.detach().clone()
-        tensors[k] = memo[id(v)]
-    return replace(message, tensors=tensors)
+    return replace(message, tensors=_CopiedOnRead(message.tensors, memo))
 
 
 def observed_messages(transcript: Transcript, party: str = SERVER) -> list[Message]:
@@ -59,7 +77,7 @@ def observed_messages(transcript: Transcript, party: str = SERVER) -> list[Messa
 def adversary_view(transcript: Transcript, party: str = SERVER) -> AdversaryView:
     """The view of `party` (default the honest-but-curious server): every message it received
     (the transcript's record of it) and every message it sent (it knows its own broadcasts),
-    with copied payloads."""
+    with copied payloads (each tensor copied when an attack first reads it)."""
     memo: dict[int, torch.Tensor] = {}
     return AdversaryView(party, tuple(_copy(m, memo) for m in observed_messages(transcript, party)))
 
