@@ -15,17 +15,18 @@ the clip leaves exactly C·e_i, the accounted sensitivity. Every slot is sent ei
 count reveals nothing; the canary rows are no sample of the client's: they enter no loss, no update and
 no accuracy (the server's trunk reads only `x`/`grad`, the client's head and prompt only `H`/`grad`).
 
-The adversary is the audited message's receiver, whom its sender's noise protects against (split_dp.py:
-mode=local, the sender noises what it sends):
-- M1, M3 (uploads): the server. Unit: a row of the client's message (a node row of a prompted sample, a
-  sample's gradient row).
-- M2, M4 (downloads): the receiving client (`--adversary clientK`), which sees only its own M2/M4, so
-  it scores its own N/K slots. Unit: one row of the server's message to it (a sample graph's embedding
-  H = trunk(x̃), a node row's gradient ∂L/∂x̃), clipped to C and noised by the server with the same
-  spec; privfgl accounts one release of sensitivity C per round, like M1/M3. What such a row carries
-  beyond the client's own input is the server's trunk, which its sequential fine-tuning fits to every
-  client's batches. The server is no adversary here: it computed the rows before the noise.
-A view that is not the message's receiver's is refused in one line (a no_input finding).
+Who is protected, and the adversary (split_dp.py: mode=local, the sender noises what it sends; the
+accountant composes M1-M4 "as if one unit fed all of them", the unit being a client's sample row):
+- M1, M3 (uploads): the client's rows (a node row of a prompted sample, a sample's gradient row),
+  against the server that receives them.
+- M2, M4 (downloads): the client's rows as the server's trunk returns them (a sample graph's embedding
+  H = trunk(x̃), a node row's gradient ∂L/∂x̃; `split-decoder` decodes the sample's features from
+  them), clipped to C and noised by the server, one release of sensitivity C per round as for M1/M3,
+  against whoever sees the downlink to client k. privfgl has no eavesdropper party; the receiving
+  client's view holds exactly that downlink (`--adversary clientK`), and the attack reads only the
+  M2/M4 addressed to it, so it scores that client's own N/K slots. The server is no adversary of
+  M2/M4: it computed the rows before the noise.
+A view that does not receive the audited message is refused in one line (a no_input finding).
 Observation of canary j in round t:
 o_tj = (its received row at coordinate i)/C = b_j + noise/C, noise Laplace(C/ε) or N(0, (σC)²) per entry,
 independent over rows, coordinates and rounds. Score: Σ_t o_tj.
