@@ -1,9 +1,9 @@
 """dp-audit's canary rows on the server's split messages M2 (embeddings) and M4 (feature_grads): the server
-noises them; the adversary observes the downlink to one client (that client's view) and scores only the slots
-it carried. One audit run on
-the correct mechanism stays at or below the accountant's ε and reaches at least half of it; the download
-noise at half scale (DF4) or unclipped download rows (DF5, experiments/mutants.py) push the same run's 95 %
-bound above the ε the broken run reports. Runs are seeded (the DP noise too)."""
+noises them; the adversary observes the downlink to one client (that client's view) and scores only the
+slots it carried. One audit run on the correct mechanism stays at or below the accountant's ε and reaches
+at least half of it; the download noise at half scale (DF4) or unclipped download rows (DF5,
+experiments/mutants.py) push the same run's 95 % bound above the ε the broken run reports. Runs are seeded
+(the DP noise too)."""
 from __future__ import annotations
 
 import numpy as np
