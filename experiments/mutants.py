@@ -763,6 +763,15 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "influence = 1 if p.hops == 0 else influence_count(p.dp_degree, p.hops + 1)",
      "influence = 1",
      ["tests/attacks/test_dp_audit_message.py", "-k", "opfgl_canary_node"]),
+    ("DF4", "the server's split DP noise (M2, M4) at half its scale (dp-audit's canary rows on M2, read by the "
+     "receiving client, see twice the ε)", "privfgl/privacy/split_dp.py",
+     "return (clipped + self.mechanism.noise(clipped.shape, self.source)).to(rows.dtype)",
+     "return (clipped + self.mechanism.noise(clipped.shape, self.source) / (1 if name in UPLOADS else 2)).to(rows.dtype)",
+     ["tests/attacks/test_dp_audit_split_down.py", "-k", "laplace_m2"]),
+    ("DF5", "the server's split DP rows (M2, M4) sent unclipped: a canary row's raw 10·C reaches the client",
+     "privfgl/privacy/split_dp.py", "clipped = clip_rows(rows.detach(), self.spec.clip, self.norm)",
+     "clipped = clip_rows(rows.detach(), self.spec.clip, self.norm) if name in UPLOADS else rows.detach().double()",
+     ["tests/attacks/test_dp_audit_split_down.py", "-k", "gaussian_m4"]),
 ]
 
 

@@ -28,7 +28,7 @@ from attacks.view import AdversaryView
 DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit, CanaryNodeAudit,
                                      CanaryContributionAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
-             "with --dp laplace|gaussian:...,on=m1|m3|split; --method opfgl with dp_epsilon and "
+             "with --dp laplace|gaussian:...,on=m1|m2|m3|m4|split; --method opfgl with dp_epsilon and "
              "dp_mode=distributed; any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
 
 

@@ -1,20 +1,33 @@
 """`dp-audit`'s design for FedGPL's split-message DP (`--dp laplace|gaussian:...,on=m1..m4`): canary rows.
 
-`--attack dp-audit[:canaries=N,message=m1|m3,seed=S,scale=X,confidence=p]` on `--method fedgpl`
+`--attack dp-audit[:canaries=N,message=m1|m2|m3|m4,seed=S,scale=X,confidence=p]` on `--method fedgpl`
 (attacks/dp/dp_audit.py picks it when the run noises a split message).
 
 The unit and the neighbouring relation are privfgl's (privacy/split_dp.py): one row of a message,
 clipped to norm ≤ C (L1 for Laplace, L2 for Gaussian); a neighbour replaces the row's content by zeros
 (the message's shape stays public). So a canary is a ROW SLOT: canary j (N in all, client j mod K) has a
-slot in the first minibatch's audited message (M1 `prompted_graph` or M3 `embedding_grads`) of its client
-in every round, sent as the field `canary_rows` [N_k, d] beside the real rows and clipped and noised by
-the same `SplitDP.protect` call (one concatenated release). Its content is scale·C·e_i (a Dirac on the
+slot in the first minibatch's audited message of its client in every round (M1 `prompted_graph` or M3
+`embedding_grads`, which the client sends; M2 `embeddings` or M4 `feature_grads`, which the server sends
+to that client), sent as the field `canary_rows` [N_k, d] beside the real rows and clipped and noised by
+the sender's same `SplitDP.protect` call (one concatenated release). Its content is scale·C·e_i (a Dirac on the
 public coordinate i = (j div K) mod d) if the canary's fair coin b_j is in, zeros if out, in every round;
 the clip leaves exactly C·e_i, the accounted sensitivity. Every slot is sent either way, so the row
 count reveals nothing; the canary rows are no sample of the client's: they enter no loss, no update and
-no accuracy (the server's trunk reads only `x`/`grad`).
+no accuracy (the server's trunk reads only `x`/`grad`, the client's head and prompt only `H`/`grad`).
 
-The adversary is the server, the receiver of M1 and M3. Observation of canary j in round t:
+Who is protected, and the adversary (split_dp.py: mode=local, the sender noises what it sends; the
+accountant composes M1-M4 "as if one unit fed all of them", the unit being a client's sample row):
+- M1, M3 (uploads): the client's rows (a node row of a prompted sample, a sample's gradient row),
+  against the server that receives them.
+- M2, M4 (downloads): the client's rows as the server's trunk returns them (a sample graph's embedding
+  H = trunk(x̃), a node row's gradient ∂L/∂x̃; `split-decoder` decodes the sample's features from
+  them), clipped to C and noised by the server, one release of sensitivity C per round as for M1/M3,
+  against whoever sees the downlink to client k. privfgl has no eavesdropper party; the receiving
+  client's view holds exactly that downlink (`--adversary clientK`), and the attack reads only the
+  M2/M4 addressed to it, so it scores that client's own N/K slots. The server is no adversary of
+  M2/M4: it computed the rows before the noise.
+A view that does not receive the audited message is refused in one line (a no_input finding).
+Observation of canary j in round t:
 o_tj = (its received row at coordinate i)/C = b_j + noise/C, noise Laplace(C/ε) or N(0, (σC)²) per entry,
 independent over rows, coordinates and rounds. Score: Σ_t o_tj.
 
@@ -40,9 +53,13 @@ from attacks.dp.estimators import gdp_mu, guess_counts, one_run_epsilon, per_ste
 from attacks.dp.fedavg_audit import pick_k
 from attacks.view import AdversaryView
 from privfgl.privacy.accounting import PrivacyAccountant
+from privfgl.federation import SERVER
 from protocols.base import client as client_name
 
-MESSAGES = {"m1": "prompted_graph", "m3": "embedding_grads"}  # the clients' uploads, received by the server
+# the clients' uploads M1, M3 (received by the server), then the server's downloads M2, M4 (received by the
+# client); the first the run noises is audited by default
+MESSAGES = {"m1": "prompted_graph", "m3": "embedding_grads", "m2": "embeddings", "m4": "feature_grads"}
+DOWNLOADS = ("embeddings", "feature_grads")
 FIELD = "canary_rows"
 
 
@@ -178,8 +195,8 @@ class CanaryRowAudit(Attack):
         spec = setup.extras.get("split_dp_spec")
         noised = [key for key, name in MESSAGES.items() if spec is not None and name in spec.messages]
         if not noised:
-            raise ValueError("dp-audit: canary rows need --dp laplace|gaussian:...,on=m1|m3|split (FedGPL's split DP "
-                             "on an upload the server receives)")
+            raise ValueError("dp-audit: canary rows need --dp laplace|gaussian:...,on=m1|m2|m3|m4|split (FedGPL's "
+                             "split DP)")
         key = self.message or noised[0]
         if key not in noised:
             raise ValueError(f"dp-audit: message={key}: the run's --dp noises {', '.join(noised)}; valid: one of them")
@@ -196,15 +213,29 @@ class CanaryRowAudit(Attack):
 
     def attack(self, view: AdversaryView, aux: RowAux) -> np.ndarray:
         """o [T, N]: each visible round's received canary rows at their coordinates, over C (the rounds the
-        transcript kept: every round with --transcript all, else the last)."""
-        rounds = sorted({m.round for m in view.find(aux.message) if m.tensors and FIELD in m.tensors})
+        transcript kept: every round with --transcript all, else the last); NaN for the slots of M2/M4
+        that went to another client."""
+        key = next(key for key, name in MESSAGES.items() if name == aux.message)
+        if aux.message in DOWNLOADS:
+            receivers = [k for k in range(aux.clients) if client_name(k) == view.party]
+            if not receivers:
+                raise NoInput(f"dp-audit: message={key} goes from the server to each client; the {view.party} "
+                              f"is no receiver of it; valid: --adversary client0 … client{aux.clients - 1}")
+        elif view.party != SERVER:
+            raise NoInput(f"dp-audit: message={key} goes from each client to the server; the {view.party} is no "
+                          "receiver of it; valid: --adversary server")
+        else:
+            receivers = list(range(aux.clients))
+        received = [m for m in view.find(aux.message) if m.tensors and FIELD in m.tensors and m.receiver == view.party]
+        rounds = sorted({m.round for m in received})
         if not rounds:
             raise NoInput(f"dp-audit: no canary rows in the {view.party}'s view")
         out = np.full((len(rounds), aux.count), np.nan)
         for t, r in enumerate(rounds):
-            for k in range(aux.clients):
+            for k in receivers:
                 owned = np.arange(k, aux.count, aux.clients)
-                found = [m for m in view.find(aux.message, r, client_name(k)) if m.tensors and FIELD in m.tensors]
+                sender = SERVER if aux.message in DOWNLOADS else client_name(k)
+                found = [m for m in received if m.round == r and m.sender == sender]
                 if len(owned) and not found:
                     raise NoInput(f"dp-audit: no canary rows of {client_name(k)} in round {r} in the "
                                   f"{view.party}'s view")
@@ -229,7 +260,8 @@ class CanaryRowAudit(Attack):
                         float(alone.spent()["epsilon"]), spec.delta, dp.rounds, step)
 
     def score(self, obs: np.ndarray, truth: RowTruth, aux: RowAux) -> tuple[dict, dict]:
-        c, T, delta, conf = truth.coins, truth.rounds, truth.delta, self.confidence
+        seen = ~np.isnan(obs).any(0)  # the slots the adversary received (M2/M4: its own N/K)
+        obs, c, T, delta, conf = obs[:, seen], truth.coins[seen], truth.rounds, truth.delta, self.confidence
         pure = truth.mechanism == "laplace"
         # fixed by the design: the Laplace threshold at the canary's shift (1 in units of C), Gaussian at half
         step = per_step_bound(obs[:, c].ravel(), obs[:, ~c].ravel(), 1.0 if pure else 0.5, T, delta,
@@ -248,7 +280,8 @@ class CanaryRowAudit(Attack):
         one_run = one_run_epsilon(m, r, v, delta, conf)
         metrics = {"epsilon_lower_bound": per_round, "epsilon_accountant": truth.epsilon_accountant,
                    "epsilon_accountant_message": truth.epsilon_message, "confidence": conf, "estimator": "per_round",
-                   "canaries": m, "canaries_in": int(c.sum()), "message": aux.message,
+                   "canaries": m, "canaries_in": int(c.sum()), "canaries_inserted": aux.count,
+                   "message": aux.message,
                    "view": "rounds" if obs.shape[0] == T else f"{obs.shape[0]} of {T} rounds (the transcript kept)",
                    "delta": delta, "caught": per_round > truth.epsilon_accountant,
                    "bound_over_accountant": per_round / truth.epsilon_accountant,

@@ -99,8 +99,8 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
     minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are appended to
     it for the round-end update (released.update_from_released). `canaries`: dp-audit's canaries
     (attacks/dp/split_audit.py), None, or an object with `rows` and `sample`. rows(name, round, k, width):
-    canary rows clipped and noised with the message's rows in one release and sent beside them as the
-    field `canary_rows`. sample(round, k, width): a canary sample (one node row, a label, a weight 0 or
+    canary rows clipped and noised by the message's sender with the message's rows (any of M1-M4) in
+    one release and sent beside them as the field `canary_rows`, which no receiver reads. sample(round, k, width): a canary sample (one node row, a label, a weight 0 or
     1) that joins this minibatch after the prompt as graph B: its row in M1 and M4, its H in M2, its
     loss (times the weight) in M3 and in the clean step; never in the round-end update or accuracy."""
     protect = (lambda name, rows: rows) if dp is None else dp.protect
@@ -131,7 +131,7 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
                       "features": torch.where((rows >= 0).unsqueeze(1), batch.x[rows.clamp_min(0)], 0.0)})
     # server: trunk forward, M2 down
     x_s, h = server.forward(m1, graphs)
-    m2 = fed.send(round, k, M2, {"H": protect(M2, h.detach())})
+    m2 = fed.send(round, k, M2, send(M2, "H", h.detach()))
     # client: head and loss, M3 up
     check_message(M2, m2, {"H": (2, True, None)})
     h_c = m2["H"].detach().requires_grad_(True)
@@ -145,7 +145,7 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
     m3 = fed.upload(round, k, M3, send(M3, "grad", h_c.grad.detach() * B))
     # server: trunk backward, M4 down
     g_x = server.backward(x_s, h, m3)
-    m4 = fed.send(round, k, M4, {"grad": protect(M4, g_x)})
+    m4 = fed.send(round, k, M4, send(M4, "grad", g_x))
     # client: prompt backward, step
     check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
     if m4["grad"].shape != x_up.shape:
