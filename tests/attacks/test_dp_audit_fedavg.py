@@ -107,6 +107,17 @@ def test_directions_are_seeded_disjoint_and_orthonormal():
         CanaryDirections.draw(401, 2000, 5, seed=1)
 
 
+def test_auto_canaries_are_twenty_thousand_or_as_many_as_the_model_holds():
+    from attacks.dp.canary_clients import AUTO_COUNT
+    from privfgl.privacy.message_dp import MessageDP
+    from privfgl.privacy.spec import parse_dp_spec
+    dp = MessageDP(parse_dp_spec("gaussian:sigma=1,clip=0.5,delta=1e-5,seed=11,on=update,mode=central"), 3)
+    for dimension, support, expected in ((500, 1, 500), (500, 3, 166), (50_000, 1, AUTO_COUNT)):
+        canaries = CanaryClients(None, seed=3, scale=10, support=support, sample_rate=1.0)
+        canaries.contribution(0, dp, dimension)
+        assert canaries.count == expected == canaries.coins.size == canaries.record()["inserted"]
+
+
 def test_bad_parameters_are_one_line_errors():
     for kwargs in ({"canaries": 2}, {"view": "every"}, {"scale": 0.5}, {"confidence": 1.5}):
         with pytest.raises(ValueError):
