@@ -1,0 +1,123 @@
+"""`privfgl sweep --ray [ADDRESS]`: each (cell, seed) a Ray task on a cluster of two nodes simulated on
+this machine (ray.cluster_utils.Cluster, one CPU each, started once for the module): the records equal
+the --jobs records but for timing, the driver writes them, a resumed sweep runs only the missing runs,
+and a failed run is reported as --jobs reports it."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.determinism import differences
+from privfgl.cli import main
+from privfgl.sweep import load_sweep, missing, run_sweep
+from privfgl.sweep.runner import record_path
+
+TINY = """
+[sweep]
+name = "tiny"
+seeds = [0, 1]
+
+[base]
+method = "fedavg"
+dataset = "cora"
+partition = "louvain"
+clients = 3
+rounds = 2
+transcript = "none"
+
+[[cells]]
+label = "fedavg"
+
+[[cells]]
+label = "local"
+method = "local"
+"""
+BROKEN = '\n[[cells]]\nlabel = "no data"\ndata_root = "{root}"\n'  # passes every check; its run finds no Cora
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, planetoid_root):
+    """The head's address of a 2-node Ray cluster (1 CPU each); the workers get the driver's data root and
+    partition cache through --ray's runtime_env."""
+    from ray.cluster_utils import Cluster
+    env = pytest.MonkeyPatch()
+    env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("cache")))
+    env.setenv("PRIVFGL_DATA", str(planetoid_root))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        import ray
+        ray.shutdown()
+        cluster.shutdown()
+        env.undo()
+
+
+def tiny(folder: Path, text: str = TINY):
+    """TINY in `folder`, its data root $PRIVFGL_DATA (the workers' too)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep.toml").write_text(text)
+    return load_sweep(folder / "sweep.toml", results=folder / "results", overrides={"download": False})
+
+
+@pytest.fixture(scope="module")
+def on_ray(cluster, tmp_path_factory):
+    """TINY (2 cells x 2 seeds) run with --ray on the cluster."""
+    sweep = tiny(tmp_path_factory.mktemp("ray"))
+    assert run_sweep(sweep, ray=cluster, progress=False) == []
+    return sweep
+
+
+def test_records_on_a_ray_cluster_equal_the_jobs_records_but_for_timing(on_ray, tmp_path):
+    jobs = tiny(tmp_path)
+    assert run_sweep(jobs, jobs=2, progress=False) == []
+    for cell, seed in jobs.tasks:
+        a = json.loads(record_path(jobs.results, cell, seed).read_text())
+        b = json.loads(record_path(on_ray.results, cell, seed).read_text())
+        assert differences(a, b) == [], (cell.label, seed)  # every key but `time` (wall-clock seconds)
+        assert b["config"]["threads"] == 1 and b["sweep"]["seed"] == seed
+    assert not list(on_ray.results.rglob("*.tmp"))
+
+
+def test_a_resumed_ray_sweep_runs_only_the_missing_runs_and_reports_a_failed_one(cluster, on_ray, tmp_path, capsys):
+    text = TINY + BROKEN.format(root=tmp_path / "empty")
+    expected = run_sweep(tiny(tmp_path / "in-process", text), progress=False)  # --jobs' lines
+    assert len(expected) == 2 and all(line.startswith("no data, seed ") for line in expected)
+
+    sweep = tiny(tmp_path / "resumed", text)
+    shutil.copytree(on_ray.results, sweep.results)  # a sweep killed after 3 of its runs
+    record_path(sweep.results, sweep.cells[1], 0).unlink()
+    kept = {p: p.stat().st_mtime_ns for p in sweep.results.rglob("*.json")}
+    capsys.readouterr()
+    start = time.time_ns()
+    assert sorted(run_sweep(sweep, ray=cluster, progress=True)) == sorted(expected)  # in the order they end
+    err = capsys.readouterr().err
+    assert "3 already recorded" in err and "3 to run" in err and "3/3" in err  # the bar counts the cluster's runs
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # nothing recorded is run or written again
+    rerun = record_path(sweep.results, sweep.cells[1], 0)
+    assert rerun.stat().st_mtime_ns > start
+    assert differences(json.loads(rerun.read_text()),
+                       json.loads(record_path(on_ray.results, sweep.cells[1], 0).read_text())) == []
+    assert [(c.label, s) for c, s in missing(sweep)] == [("no data", 0), ("no data", 1)]
+
+
+def test_bad_ray_arguments_are_one_line(tmp_path, planetoid_root, capsys):
+    config = tmp_path / "sweep.toml"
+    config.write_text(TINY)
+    args = ["sweep", str(config), "--results", str(tmp_path / "results"), "--data-root", str(planetoid_root),
+            "--offline", "--no-progress"]
+    for extra, message in [(["--ray", "--jobs", "2"], "--ray with --jobs 2"),
+                           (["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: no Ray cluster answers there"),
+                           (["--ray", "head-without-port"], "--ray head-without-port: valid: the cluster head's HOST:PORT")]:
+        start = time.monotonic()
+        code = main([*args, *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert time.monotonic() - start < 15
+    assert not (tmp_path / "results").exists()
