@@ -763,6 +763,18 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "influence = 1 if p.hops == 0 else influence_count(p.dp_degree, p.hops + 1)",
      "influence = 1",
      ["tests/attacks/test_dp_audit_message.py", "-k", "opfgl_canary_node"]),
+    ("RAY1", "sweep --ray reports a failed run as Ray's wrapper (RayTaskError(...)), not as --jobs reports it",
+     "privfgl/sweep/ray_tasks.py", "failures.append(failure(cell, seed, e.cause if e.cause is not None else e))",
+     "failures.append(failure(cell, seed, e))",
+     ["tests/test_sweep_ray.py", "-k", "resumed"]),
+    ("RAY2", "sweep --ray reruns (and rewrites) the runs already recorded: a resumed sweep is not resumed",
+     "privfgl/sweep/ray_tasks.py", "        for cell, seed in todo:\n            cpus, gpus",
+     "        for cell, seed in sweep.tasks:\n            cpus, gpus",
+     ["tests/test_sweep_ray.py", "-k", "resumed"]),
+    ("RAY3", "sweep --ray tasks run with torch's default threads, not one as --jobs runs: other float sums",
+     "privfgl/sweep/ray_tasks.py", "return run_record(cell, seed, threads=_threads(cell),",
+     "return run_record(cell, seed, threads=None,",
+     ["tests/test_sweep_ray.py", "-k", "equal_the_jobs"]),
 ]
 
 
