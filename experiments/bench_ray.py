@@ -4,7 +4,7 @@ record is identical but for its timing keys (experiments/determinism.py's compar
 Prints a Markdown table (docs/cluster.md).
 
     PRIVFGL_DATA=... python experiments/bench_ray.py [--config experiments/reproduce_opfgl.toml]
-                                                     [--cells "cora louvain+"] [--seeds 0,1,2]
+                                                     [--cells "cora louvain+" ...] [--seeds 0,1,2]
 
 The defaults are O-pFGL's reproduction sweep, its Cora Louvain+ cells: 3 cells x 3 seeds = 9 runs.
 """
@@ -27,11 +27,12 @@ from privfgl.sweep import load_sweep, run_sweep  # noqa: E402
 from privfgl.sweep.runner import record_path  # noqa: E402
 
 
-def subset(config: Path, results: Path, cells: str, seeds: list[int]):
+def subset(config: Path, results: Path, cells: list[str], seeds: list[int]):
+    """The sweep's cells whose label contains one of `cells`."""
     sweep = load_sweep(config, results=results, seeds=seeds, overrides={"download": False})
-    chosen = tuple(c for c in sweep.cells if cells in c.label)
+    chosen = tuple(c for c in sweep.cells if any(text in c.label for text in cells))
     if not chosen:
-        raise SystemExit(f"--cells {cells!r}: no cell label of {config} contains it")
+        raise SystemExit(f"--cells {cells!r}: no cell label of {config} contains one")
     return dataclasses.replace(sweep, cells=chosen)
 
 
@@ -46,15 +47,17 @@ def timed(sweep, **how) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, default=REPO / "experiments" / "reproduce_opfgl.toml")
-    ap.add_argument("--cells", default="cora louvain+", help="only the cells whose label contains this")
+    ap.add_argument("--cells", action="append", help="only the cells whose label contains this (repeatable; "
+                                                     "default: 'cora louvain+')")
     ap.add_argument("--seeds", default="0,1,2")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    cells = args.cells or ["cora louvain+"]
     from ray.cluster_utils import Cluster
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PRIVFGL_CACHE", str(Path(tmp) / "cache"))
-        jobs = subset(args.config, Path(tmp) / "jobs", args.cells, seeds)
-        on_ray = subset(args.config, Path(tmp) / "ray", args.cells, seeds)
+        jobs = subset(args.config, Path(tmp) / "jobs", cells, seeds)
+        on_ray = subset(args.config, Path(tmp) / "ray", cells, seeds)
         jobs_s = timed(jobs, jobs=2)
         start = time.perf_counter()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -69,7 +72,7 @@ def main() -> int:
                   for d in differences(json.loads(record_path(jobs.results, c, s).read_text()),
                                        json.loads(record_path(on_ray.results, c, s).read_text()))]
     runs = len(jobs.tasks)
-    print(f"{args.config.name}, cells containing {args.cells!r}, seeds {args.seeds}: {runs} runs; "
+    print(f"{args.config.name}, cells {', '.join(c.label for c in jobs.cells)}; seeds {args.seeds}: {runs} runs; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
     print("| how | identical records | wall s | s per run |")
     print("|---|---|---|---|")

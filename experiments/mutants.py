@@ -771,10 +771,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "privfgl/sweep/ray_tasks.py", "        for cell, seed in todo:\n            cpus, gpus",
      "        for cell, seed in sweep.tasks:\n            cpus, gpus",
      ["tests/test_sweep_ray.py", "-k", "resumed"]),
-    ("RAY3", "sweep --ray tasks run with torch's default threads, not one as --jobs runs: other float sums",
-     "privfgl/sweep/ray_tasks.py", "return run_record(cell, seed, threads=_threads(cell),",
-     "return run_record(cell, seed, threads=None,",
+    ("RAY3", "sweep --ray does not pass the driver's PRIVFGL_DATA/PRIVFGL_CACHE to the workers",
+     "privfgl/sweep/ray_tasks.py", "env = {name: os.environ[name] for name in SHARED_ENV if name in os.environ}",
+     "env = {}",
      ["tests/test_sweep_ray.py", "-k", "equal_the_jobs"]),
+    ("RAY4", "sweep --ray asks one CPU and no GPU for every run, whatever its threads and device",
+     "privfgl/sweep/ray_tasks.py", "return cfg.threads, int(cfg.device.startswith(\"cuda\"))",
+     "return 1, 0",
+     ["tests/test_sweep_ray.py", "-k", "resources"]),
 ]
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from experiments.determinism import differences
 from privfgl.cli import main
-from privfgl.sweep import load_sweep, missing, run_sweep
+from privfgl.sweep import Cell, load_sweep, missing, run_sweep
+from privfgl.sweep.ray_tasks import resources
 from privfgl.sweep.runner import record_path
 
 TINY = """
@@ -41,16 +42,18 @@ BROKEN = '\n[[cells]]\nlabel = "no data"\ndata_root = "{root}"\n'  # passes ever
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, planetoid_root):
-    """The head's address of a 2-node Ray cluster (1 CPU each); the workers get the driver's data root and
-    partition cache through --ray's runtime_env."""
+    """The head's address of a 2-node Ray cluster (1 CPU each). Its nodes start with a data root that holds
+    no dataset: the runs find Cora only through the driver's PRIVFGL_DATA, which --ray passes to them."""
     from ray.cluster_utils import Cluster
     env = pytest.MonkeyPatch()
-    env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("cache")))
-    env.setenv("PRIVFGL_DATA", str(planetoid_root))
+    env.setenv("PRIVFGL_DATA", str(tmp_path_factory.mktemp("no-data")))
+    env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("no-cache")))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
+        env.setenv("PRIVFGL_DATA", str(planetoid_root))
+        env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("cache")))
         yield cluster.address
     finally:
         import ray
@@ -105,6 +108,13 @@ def test_a_resumed_ray_sweep_runs_only_the_missing_runs_and_reports_a_failed_one
     assert differences(json.loads(rerun.read_text()),
                        json.loads(record_path(on_ray.results, sweep.cells[1], 0).read_text())) == []
     assert [(c.label, s) for c, s in missing(sweep)] == [("no data", 0), ("no data", 1)]
+
+
+def test_a_tasks_resources_are_its_runs():
+    base = {"method": "fedavg", "dataset": "cora", "clients": 3, "rounds": 2}
+    assert resources(Cell("cpu", base), 0) == (1, 0)  # one torch thread, as a --jobs run
+    assert resources(Cell("threads", {**base, "threads": 3}), 0) == (3, 0)
+    assert resources(Cell("gpu", {**base, "device": "cuda"}), 0) == (1, 1)
 
 
 def test_bad_ray_arguments_are_one_line(tmp_path, planetoid_root, capsys):
