@@ -55,10 +55,11 @@ def main() -> int:
     cells = args.cells or ["cora louvain+"]
     from ray.cluster_utils import Cluster
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("PRIVFGL_CACHE", str(Path(tmp) / "cache"))
         jobs = subset(args.config, Path(tmp) / "jobs", cells, seeds)
         on_ray = subset(args.config, Path(tmp) / "ray", cells, seeds)
+        os.environ["PRIVFGL_CACHE"] = str(Path(tmp) / "cache-jobs")  # each way computes its own partitions
         jobs_s = timed(jobs, jobs=2)
+        os.environ["PRIVFGL_CACHE"] = str(Path(tmp) / "cache-ray")
         start = time.perf_counter()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         try:
