@@ -779,6 +779,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "privfgl/sweep/ray_tasks.py", "return cfg.threads, int(cfg.device.startswith(\"cuda\"))",
      "return 1, 0",
      ["tests/test_sweep_ray.py", "-k", "resources"]),
+    ("RAY5", "sweep --ray leaves SIGTERM to Ray's handler: a killed sweep dumps a stack and aborts (exit 134)",
+     "privfgl/sweep/ray_tasks.py", "    with _keep_sigterm():\n        _init(address, options)",
+     "    with contextlib.nullcontext():\n        _init(address, options)",
+     ["tests/test_sweep_ray.py", "-k", "sigterm"]),
 ]
 
 

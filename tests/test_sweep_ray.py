@@ -131,3 +131,25 @@ def test_bad_ray_arguments_are_one_line(tmp_path, planetoid_root, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
         assert time.monotonic() - start < 15
     assert not (tmp_path / "results").exists()
+
+
+def test_sigterm_stops_a_ray_sweep_and_leaves_no_record(cluster, tmp_path):
+    """`kill` on `privfgl sweep --ray ADDRESS`: the sweep's own SIGTERM handling (not Ray's stack dump and
+    abort), its tasks cancelled, no record or temporary file for the runs cut short."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    config = tmp_path / "long.toml"
+    config.write_text(TINY.replace("rounds = 2", "rounds = 5000"))
+    proc = subprocess.Popen([sys.executable, "-c", "from privfgl.cli import entry; entry()", "sweep", str(config),
+                             "--results", str(tmp_path / "res"), "--ray", cluster, "--no-progress", "--offline"],
+                            env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "res").is_dir() and time.monotonic() < deadline:  # the runs start after the folder
+        time.sleep(0.2)
+    time.sleep(6)  # the tasks are in their runs
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err.strip().endswith("privfgl: interrupted"), err
+    assert not [p for p in (tmp_path / "res").rglob("*") if p.is_file()]

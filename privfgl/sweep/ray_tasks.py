@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from privfgl.errors import ConfigError
@@ -60,6 +62,23 @@ def connect(address: str) -> None:
     env = {name: os.environ[name] for name in SHARED_ENV if name in os.environ}
     options = dict(runtime_env={"env_vars": env} if env else None, include_dashboard=False,
                    logging_level=logging.WARNING)
+    with _keep_sigterm():
+        _init(address, options)
+
+
+@contextlib.contextmanager
+def _keep_sigterm():
+    """SIGTERM keeps the sweep's handler (Ctrl-C's unwinding: no record for the runs cut short), not the
+    one ray.init installs (a stack dump and abort)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():  # where Python may set a handler
+            signal.signal(signal.SIGTERM, handler if handler is not None else signal.SIG_DFL)
+
+
+def _init(address: str, options: dict) -> None:
     if address == LOCAL:
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # Ray's default for a local Ray, said without its warning
         import ray
