@@ -358,10 +358,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
     """Run `subset` (default: the whole sweep), then report on the whole sweep's records."""
     from privfgl.sweep import check_cells, report, run_sweep
+    from privfgl.sweep.runner import check_parallelism
     imports_done()
     todo = subset or sweep
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: valid: an integer >= 1")
+    check_parallelism(args.jobs, args.ray)
+    if args.ray not in (None, "local"):
+        from privfgl.sweep.ray_tasks import check_address
+        check_address(args.ray)  # before any folder is made (Ray itself is joined when the runs start)
     if args.table_only and not Path(sweep.results).is_dir():
         raise ConfigError(f"--table-only: results folder {sweep.results} does not exist (no records to report)")
     if not args.table_only:
@@ -376,7 +379,7 @@ def _sweep(sweep, args: argparse.Namespace, subset=None) -> int:
         check_writable(sweep.doc, doc_flag)
     failures = []
     if not args.table_only:
-        failures = run_sweep(todo, jobs=args.jobs, progress=not args.no_progress)
+        failures = run_sweep(todo, jobs=args.jobs, progress=not args.no_progress, ray=args.ray)
     table, files = report(sweep)
     print(table)
     for path in files:
@@ -410,6 +413,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 def _sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel, one process and one torch thread each "
                                                        "(default 1: in this process, with a progress bar per run)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="each run a Ray task, on the cluster whose head is ADDRESS (HOST:PORT, e.g. 10.0.0.1:6379), "
+                        "or without ADDRESS on a Ray started for this sweep on this machine (docs/cluster.md)")
     p.add_argument("--table-only", action="store_true", help="no runs: the tables and plots from the records there")
     p.add_argument("--data-root", help="folder with the datasets (default $PRIVFGL_DATA)")
     p.add_argument("--offline", action="store_true", help="never download a dataset")

@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torch_geometric", "sklearn", "scipy", "crypten", "tenseal", "opacus", "networkx", "matplotlib",
-         "pymetis")
+         "pymetis", "ray")  # ray: only under `privfgl sweep --ray`
 
 
 def python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

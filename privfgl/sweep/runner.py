@@ -178,8 +178,13 @@ def warm_up(cell: Cell, seed: int, threads: int | None) -> None:
 
 def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress: bool, warmup: bool = False) -> Path:
     """Run (cell, seed) and write its record, after the cell's warm-up with `warmup`; returns the record's path."""
-    from privfgl.experiment import run
     from privfgl.results import write_record
+    return write_record(run_record(cell, seed, threads, progress, warmup), record_path(results, cell, seed))
+
+
+def run_record(cell: Cell, seed: int, threads: int | None, progress: bool, warmup: bool = False) -> dict:
+    """The run record of (cell, seed), after the cell's warm-up with `warmup`; nothing written."""
+    from privfgl.experiment import run
     if warmup:
         warm_up(cell, seed, threads)
     cfg, sigma = run_config(cell, seed, threads, progress)
@@ -197,7 +202,7 @@ def run_one(cell: Cell, seed: int, results: Path, threads: int | None, progress:
         record["attacks"] = [f.as_record() for f in found]
     record["sweep"] = {"cell": cell.label, "key": cell.key, "seed": seed, "sigma": sigma,
                        "options": json.loads(json.dumps(cell.options, default=str))}
-    return write_record(record, record_path(results, cell, seed))
+    return record
 
 
 _STOP = None  # in a worker process: the sweep's stop event (set when the sweep is interrupted)
@@ -221,24 +226,46 @@ def _interrupted(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
+def check_parallelism(jobs: int, ray: str | None) -> None:
+    """--jobs N >= 1, and not N > 1 with --ray (Ray places the runs itself)."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: valid: an integer >= 1")
+    if ray is not None and jobs > 1:
+        raise ConfigError(f"--ray with --jobs {jobs}: Ray places the runs itself; valid: --ray without --jobs "
+                          "(each run takes its torch threads' CPUs of the cluster)")
+
+
+def failure(cell: Cell, seed: int, e: BaseException) -> str:
+    """The line a failed run is reported by at the sweep's end."""
+    return f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True, ray: str | None = None) -> list[str]:
     """Run every missing (cell, seed); returns one line per failed run (the others' records exist).
-    jobs = 1: in this process, with the run's own progress bar; jobs > 1: worker processes."""
+    jobs = 1: in this process, with the run's own progress bar; jobs > 1: worker processes; `ray` (an
+    address, or privfgl.sweep.ray_tasks.LOCAL): Ray tasks on that cluster (privfgl/sweep/ray_tasks.py)."""
     from tqdm.auto import tqdm
+    check_parallelism(jobs, ray)
     todo = missing(sweep)
+    if ray is not None and todo:
+        from privfgl.sweep.ray_tasks import connect
+        connect(ray)  # first: an address Ray cannot join is one line, before anything else is printed
     done = len(sweep.tasks) - len(todo)
     print(f"sweep {sweep.name}: {len(sweep.cells)} cells x {len(sweep.seeds)} seeds = {len(sweep.tasks)} runs; "
           f"{done} already recorded in {sweep.results}, {len(todo)} to run", file=sys.stderr)
     failures: list[str] = []
     bar = tqdm(total=len(todo), desc=f"sweep {sweep.name}", unit="run", disable=not progress or not todo)
     start = time.perf_counter()
-    if jobs <= 1:
+    if ray is not None and todo:
+        from privfgl.sweep.ray_tasks import run_on_ray
+        failures = run_on_ray(todo, sweep, bar)
+    elif jobs <= 1:
         for cell, seed in todo:
             bar.set_postfix_str(f"{cell.label}, seed {seed}")
             try:
                 run_one(cell, seed, sweep.results, threads=None, progress=progress, warmup=sweep.warmup)
             except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
-                failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
+                failures.append(failure(cell, seed, e))
             bar.update()
     else:
         context = multiprocessing.get_context("spawn")
@@ -252,8 +279,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
                 for future in finished:
                     cell, seed = pending.pop(future)
                     if future.exception() is not None:
-                        e = future.exception()
-                        failures.append(f"{cell.label}, seed {seed}: {type(e).__name__}: {' '.join(str(e).split())}")
+                        failures.append(failure(cell, seed, future.exception()))
                     bar.update()
         except BaseException:  # Ctrl-C or SIGTERM: interrupt the runs in flight (no record written for them)
             stop.set()
@@ -270,4 +296,5 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True) -> list[str]:
     return failures
 
 
-__all__ = ["check_cells", "missing", "record_path", "run_config", "run_one", "run_sweep", "warm_up"]
+__all__ = ["check_cells", "check_parallelism", "failure", "missing", "record_path", "run_config", "run_one", "run_record", "run_sweep",
+           "warm_up"]

@@ -1,0 +1,155 @@
+"""`privfgl sweep --ray [ADDRESS]`: each (cell, seed) a Ray task on a cluster of two nodes simulated on
+this machine (ray.cluster_utils.Cluster, one CPU each, started once for the module): the records equal
+the --jobs records but for timing, the driver writes them, a resumed sweep runs only the missing runs,
+and a failed run is reported as --jobs reports it."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.determinism import differences
+from privfgl.cli import main
+from privfgl.sweep import Cell, load_sweep, missing, run_sweep
+from privfgl.sweep.ray_tasks import resources
+from privfgl.sweep.runner import record_path
+
+TINY = """
+[sweep]
+name = "tiny"
+seeds = [0, 1]
+
+[base]
+method = "fedavg"
+dataset = "cora"
+partition = "louvain"
+clients = 3
+rounds = 2
+transcript = "none"
+
+[[cells]]
+label = "fedavg"
+
+[[cells]]
+label = "local"
+method = "local"
+"""
+BROKEN = '\n[[cells]]\nlabel = "no data"\ndata_root = "{root}"\n'  # passes every check; its run finds no Cora
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, planetoid_root):
+    """The head's address of a 2-node Ray cluster (1 CPU each). Its nodes start with a data root that holds
+    no dataset: the runs find Cora only through the driver's PRIVFGL_DATA, which --ray passes to them."""
+    from ray.cluster_utils import Cluster
+    env = pytest.MonkeyPatch()
+    env.setenv("PRIVFGL_DATA", str(tmp_path_factory.mktemp("no-data")))
+    env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("no-cache")))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        env.setenv("PRIVFGL_DATA", str(planetoid_root))
+        env.setenv("PRIVFGL_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield cluster.address
+    finally:
+        import ray
+        ray.shutdown()
+        cluster.shutdown()
+        env.undo()
+
+
+def tiny(folder: Path, text: str = TINY):
+    """TINY in `folder`, its data root $PRIVFGL_DATA (the workers' too)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep.toml").write_text(text)
+    return load_sweep(folder / "sweep.toml", results=folder / "results", overrides={"download": False})
+
+
+@pytest.fixture(scope="module")
+def on_ray(cluster, tmp_path_factory):
+    """TINY (2 cells x 2 seeds) run with --ray on the cluster."""
+    sweep = tiny(tmp_path_factory.mktemp("ray"))
+    assert run_sweep(sweep, ray=cluster, progress=False) == []
+    return sweep
+
+
+def test_records_on_a_ray_cluster_equal_the_jobs_records_but_for_timing(on_ray, tmp_path):
+    jobs = tiny(tmp_path)
+    assert run_sweep(jobs, jobs=2, progress=False) == []
+    for cell, seed in jobs.tasks:
+        a = json.loads(record_path(jobs.results, cell, seed).read_text())
+        b = json.loads(record_path(on_ray.results, cell, seed).read_text())
+        assert differences(a, b) == [], (cell.label, seed)  # every key but `time` (wall-clock seconds)
+        assert b["config"]["threads"] == 1 and b["sweep"]["seed"] == seed
+    assert not list(on_ray.results.rglob("*.tmp"))
+
+
+def test_a_resumed_ray_sweep_runs_only_the_missing_runs_and_reports_a_failed_one(cluster, on_ray, tmp_path, capsys):
+    text = TINY + BROKEN.format(root=tmp_path / "empty")
+    expected = run_sweep(tiny(tmp_path / "in-process", text), progress=False)  # --jobs' lines
+    assert len(expected) == 2 and all(line.startswith("no data, seed ") for line in expected)
+
+    sweep = tiny(tmp_path / "resumed", text)
+    shutil.copytree(on_ray.results, sweep.results)  # a sweep killed after 3 of its runs
+    record_path(sweep.results, sweep.cells[1], 0).unlink()
+    kept = {p: p.stat().st_mtime_ns for p in sweep.results.rglob("*.json")}
+    capsys.readouterr()
+    start = time.time_ns()
+    assert sorted(run_sweep(sweep, ray=cluster, progress=True)) == sorted(expected)  # in the order they end
+    err = capsys.readouterr().err
+    assert "3 already recorded" in err and "3 to run" in err and "3/3" in err  # the bar counts the cluster's runs
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # nothing recorded is run or written again
+    rerun = record_path(sweep.results, sweep.cells[1], 0)
+    assert rerun.stat().st_mtime_ns > start
+    assert differences(json.loads(rerun.read_text()),
+                       json.loads(record_path(on_ray.results, sweep.cells[1], 0).read_text())) == []
+    assert [(c.label, s) for c, s in missing(sweep)] == [("no data", 0), ("no data", 1)]
+
+
+def test_a_tasks_resources_are_its_runs():
+    base = {"method": "fedavg", "dataset": "cora", "clients": 3, "rounds": 2}
+    assert resources(Cell("cpu", base), 0) == (1, 0)  # one torch thread, as a --jobs run
+    assert resources(Cell("threads", {**base, "threads": 3}), 0) == (3, 0)
+    assert resources(Cell("gpu", {**base, "device": "cuda"}), 0) == (1, 1)
+
+
+def test_bad_ray_arguments_are_one_line(tmp_path, planetoid_root, capsys):
+    config = tmp_path / "sweep.toml"
+    config.write_text(TINY)
+    args = ["sweep", str(config), "--results", str(tmp_path / "results"), "--data-root", str(planetoid_root),
+            "--offline", "--no-progress"]
+    for extra, message in [(["--ray", "--jobs", "2"], "--ray with --jobs 2"),
+                           (["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: no Ray cluster answers there"),
+                           (["--ray", "head-without-port"], "--ray head-without-port: valid: the cluster head's HOST:PORT")]:
+        start = time.monotonic()
+        code = main([*args, *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert time.monotonic() - start < 15
+    assert not (tmp_path / "results").exists()
+
+
+def test_sigterm_stops_a_ray_sweep_and_leaves_no_record(cluster, tmp_path):
+    """`kill` on `privfgl sweep --ray ADDRESS`: the sweep's own SIGTERM handling (not Ray's stack dump and
+    abort), its tasks cancelled, no record or temporary file for the runs cut short."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    config = tmp_path / "long.toml"
+    config.write_text(TINY.replace("rounds = 2", "rounds = 5000"))
+    proc = subprocess.Popen([sys.executable, "-c", "from privfgl.cli import entry; entry()", "sweep", str(config),
+                             "--results", str(tmp_path / "res"), "--ray", cluster, "--no-progress", "--offline"],
+                            env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "res").is_dir() and time.monotonic() < deadline:  # the runs start after the folder
+        time.sleep(0.2)
+    time.sleep(6)  # the tasks are in their runs
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err.strip().endswith("privfgl: interrupted"), err
+    assert not [p for p in (tmp_path / "res").rglob("*") if p.is_file()]
