@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -110,13 +111,8 @@ BAD_FILES = [  # (file name, contents, clients, the one line's expected text)
 def test_a_bad_file_is_one_line_naming_the_problem(cora, tmp_path, name, contents, clients, message):
     path = tmp_path / name
     path.write_bytes(contents if isinstance(contents, bytes) else contents.encode())
-    with pytest.raises(DataError, match="partition file .*" + _escaped(message)):
+    with pytest.raises(DataError, match="partition file .*" + re.escape(message)):
         read_partition(f"file:{path}", cora.num_nodes, clients)
-
-
-def _escaped(text: str) -> str:
-    import re
-    return re.escape(text)
 
 
 @pytest.mark.parametrize("partition, message", [
@@ -127,7 +123,7 @@ def _escaped(text: str) -> str:
 ])
 def test_a_missing_file_is_refused_before_the_data_is_read(tmp_path, partition, message):
     cfg = RunConfig(partition=partition.format(tmp=tmp_path))
-    with pytest.raises(ConfigError, match=_escaped(message.format(tmp=tmp_path))):
+    with pytest.raises(ConfigError, match=re.escape(message.format(tmp=tmp_path))):
         cfg.validate()
 
 
@@ -146,7 +142,7 @@ def test_the_cli_gives_exit_2_and_one_line_for_a_bad_file(tmp_path, planetoid_ro
 ])
 def test_settings_a_file_partition_cannot_honour_are_refused(tmp_path, extra, message):
     (tmp_path / "p.txt").write_text("0\n1\n")
-    with pytest.raises(ConfigError, match=_escaped(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         RunConfig(partition=f"file:{tmp_path / 'p.txt'}", clients=2, **extra).validate()
 
 
