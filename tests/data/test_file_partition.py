@@ -210,3 +210,20 @@ def test_a_config_file_resolves_a_relative_partition_against_its_own_folder(tmp_
     assert config_from_args(args).partition == "file:cfg/p.txt"
     args = build_parser().parse_args(["run", "--config", "cfg/run.json", "--partition", "file:cfg/p.txt"])
     assert config_from_args(args).partition == "file:cfg/p.txt"  # a flag is taken from the working directory
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--partition", "file:x.txt"], "--partition file:x.txt: already a file; valid: a built-in partition"),
+    (["--partition", "lovain"], "unknown partition method 'lovain'; valid methods: louvain"),
+    (["--partition", "louvain", "--clients", "0"], "num_clients=0: must be an integer in [1, 2708]"),
+    (["--partition", "louvain", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
+])
+def test_privfgl_partition_refuses_bad_input_in_one_line(tmp_path, planetoid_root, capsys, argv, message):
+    try:
+        code = main(["partition", "--out", str(tmp_path / "p.txt"), "--data-root", str(planetoid_root), "--offline",
+                     *argv])
+    except SystemExit as e:  # argparse's own errors exit from parse_args
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.txt").exists()
