@@ -91,7 +91,8 @@ def parse_peer_log(text: str) -> dict:
     starts = [float(x.split()[2]) for x in lines if x.startswith("PEER_RUN_START") and x.split()[1] != "42"]
     ends = [float(x.split()[1]) for x in lines if x.startswith("PEER_RUN_END")]
     seconds = [b - a for a, b in zip(starts, [*starts[1:], *ends])]
-    return {"acc": [100 * a for a in acc], "f1": [100 * f for f in f1], "seconds": seconds}
+    percent = lambda values: [100 * v if v <= 1 else v for v in values]  # noqa: E731 (the log mixes units)
+    return {"acc": percent(acc), "f1": percent(f1), "seconds": seconds}
 
 
 def run_privfgl(partition: str) -> dict:
@@ -168,7 +169,8 @@ def main() -> int:
             results[stage] = run_privfgl(f"file:{authors}")
         else:
             results[stage] = run_privfgl(f"file:{ours}")
-        store.write_text(json.dumps(results, indent=1))
+        results = {**(json.loads(store.read_text()) if store.is_file() else {}), stage: results[stage]}
+        store.write_text(json.dumps(results, indent=1))  # merged: another call may run other stages meanwhile
         print(stage, {k: [round(v, 2) for v in vals] for k, vals in results[stage].items()}, flush=True)
     write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
     print(table(results, args.work))

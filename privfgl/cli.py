@@ -91,7 +91,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients), "
                           "tasks (fedgpl: induced sample graphs, a third of the clients per task level), file:PATH "
                           "(given from outside: one line of node ids per client, a JSON list of lists, or a glob of "
-                          "one file per client; docs/evaluation.md)")
+                          "one file per client; docs/architecture.md)")
     a("--clients", type=int, help="number of clients K")
     a("--rounds", type=int, help="communication rounds")
     t = p.add_argument_group("model and local training", "the baselines' settings; a method that trains its own "
