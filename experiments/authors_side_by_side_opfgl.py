@@ -82,16 +82,26 @@ def run_peer(args, work: Path, name: str, partition: Path | None) -> dict:
 
 
 def parse_peer_log(text: str) -> dict:
-    """Scores from the authors' own log lines (acc_1_list, f1_1_list, then "acc@1: mean, std"), and
-    each run's seconds from the shim's PEER_RUN_START stamps (the last run ends at PEER_RUN_END, else
-    at the log's end being unknown: then it is left out)."""
-    lines = text.splitlines()
-    at = max(i for i, x in enumerate(lines) if x.startswith("acc@1:"))
-    acc, f1 = json.loads(lines[at - 2]), json.loads(lines[at - 1])
-    starts = [float(x.split()[2]) for x in lines if x.startswith("PEER_RUN_START") and x.split()[1] != "42"]
-    ends = [float(x.split()[1]) for x in lines if x.startswith("PEER_RUN_END")]
-    seconds = [b - a for a, b in zip(starts, [*starts[1:], *ends])]
-    percent = lambda values: [100 * v if v <= 1 else v for v in values]  # noqa: E731 (the log mixes units)
+    """Each finished run's score: the last "best val acc: .., best test acc: A, best val f1 macro: ..,
+    best test f1 macro: F" line the authors' code logs before the run's result is appended (a run that
+    has not finished is left out, so a log cut short still gives its finished runs). Each run's
+    seconds: from its PEER_RUN_START stamp to the next run's, the last to PEER_RUN_END."""
+    acc, f1, starts, end, best = [], [], [], None, None
+    for line in text.splitlines():
+        if line.startswith("PEER_RUN_START") and line.split()[1] != "42":
+            if best is not None:
+                acc.append(best[0]), f1.append(best[1])
+            starts.append(float(line.split()[2]))
+            best = None
+        elif line.startswith("best val acc:"):
+            fields = dict(part.strip().rsplit(": ", 1) for part in line.split(","))
+            best = (float(fields["best test acc"]), float(fields["best test f1 macro"]))
+        elif line.startswith("PEER_RUN_END"):
+            end = float(line.split()[1])
+    if best is not None and end is not None:
+        acc.append(best[0]), f1.append(best[1])
+    seconds = [b - a for a, b in zip(starts, [*starts[1:], *([end] if end is not None else [])])][:len(acc)]
+    percent = lambda values: [100 * v if v <= 1 else v for v in values]  # noqa: E731 (acc in %, F1 a fraction)
     return {"acc": percent(acc), "f1": percent(f1), "seconds": seconds}
 
 
