@@ -96,9 +96,9 @@ def read_partition(partition: str, num_nodes: int, num_clients: int) -> tuple[li
     path = partition_path(partition)
     files = partition_files(partition)
     blobs = [_read_bytes(f) for f in files]
-    if len(files) == 1:
+    if not _GLOB_CHARS.search(path):
         lists, places = _parse_single(files[0], blobs[0])
-    else:
+    else:  # one file per client, even when the pattern matches one file
         lists, places = [], []
         for f, blob in zip(files, blobs):
             lists.append(_ids(_text(f, blob).replace(",", " ").split(), f, f"{f}"))
