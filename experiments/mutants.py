@@ -783,6 +783,9 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "privfgl/sweep/config.py", 'resolve_partition(options["partition"], path.parent)',
      'resolve_partition(options["partition"], Path(""))',
      ["tests/data/test_file_partition.py", "-k", "sweep_cell"]),
+    ("FP7", "a glob matching one file read as a file of lines (one client per line)", "privfgl/data/partition_file.py",
+     "    if not _GLOB_CHARS.search(path):\n", "    if len(files) == 1:\n",
+     ["tests/data/test_file_partition.py", "-k", "round_trips"]),
 ]
 
 
