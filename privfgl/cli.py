@@ -1,4 +1,5 @@
-"""Command line: `privfgl run`, `privfgl audit`, `privfgl datasets`, `privfgl quickstart`."""
+"""Command line: `privfgl run`, `privfgl audit`, `privfgl datasets`, `privfgl partition`, `privfgl sweep`,
+`privfgl quickstart`."""
 from __future__ import annotations
 
 import argparse
@@ -88,7 +89,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--method", help=", ".join(METHOD_NAMES) + " (default: fedavg)")
     a("--dataset", help="cora, citeseer, pubmed, computers, photo, cs, physics, wikics, sbm, sbm-<preset> (default: cora)")
     a("--partition", help="louvain, metis, louvain+, metis+, dirichlet, planted (a synthetic graph's own clients), "
-                          "tasks (fedgpl: induced sample graphs, a third of the clients per task level)")
+                          "tasks (fedgpl: induced sample graphs, a third of the clients per task level), file:PATH "
+                          "(given from outside: one line of node ids per client, a JSON list of lists, or a glob of "
+                          "one file per client; docs/architecture.md)")
     a("--clients", type=int, help="number of clients K")
     a("--rounds", type=int, help="communication rounds")
     t = p.add_argument_group("model and local training", "the baselines' settings; a method that trains its own "
@@ -215,7 +218,11 @@ def _read_config(path: Path) -> dict:
             raise ConfigError(f"--config {path}: not valid JSON at {where}: {e.msg}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of settings, got {type(data).__name__}")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    from privfgl.data.partition_file import resolve_partition
+    values = {k.replace("-", "_"): v for k, v in data.items()}
+    if "partition" in values:  # file:PATH relative to the config file's folder
+        values["partition"] = resolve_partition(values["partition"], path.parent)
+    return values
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -326,6 +333,26 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     for row in dataset_status(args.data_root):
         print(f"  {row['name']:<10} {'available' if row['available'] else 'missing  '}  {row['path']}")
     print("synthetic (always available): sbm, " + ", ".join(_synthetic_names()))
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """Write privfgl's own partition of a dataset in the format `--partition file:PATH` reads, for a
+    peer's code (or a later run) to use: the same partition a run with these settings builds."""
+    from privfgl.data import load_dataset, partition_nodes
+    from privfgl.data.partition_file import is_file_partition, write_partition
+    from privfgl.experiment import partition_cache_dir
+    imports_done()
+    if is_file_partition(args.partition):
+        raise ConfigError(f"--partition {args.partition}: already a file; valid: a built-in partition "
+                          "(louvain, metis, louvain+, metis+, dirichlet, planted)")
+    check_writable(args.out, "--out")
+    data = load_dataset(args.dataset, args.data_root, download=not args.offline)
+    parts = partition_nodes(data, args.partition, args.clients, seed=args.seed, cache_dir=partition_cache_dir(),
+                            **dict(args.partition_param or []))
+    sha = write_partition(parts, args.out, args.format)
+    print(f"{args.out}: {args.dataset} {args.partition}, {len(parts)} clients, seed {args.seed}, sizes "
+          f"{[int(p.numel()) for p in parts]}, sha256 {sha}")
     return 0
 
 
@@ -457,6 +484,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_ds = sub.add_parser("datasets", help="which datasets are available offline, and where")
     p_ds.add_argument("--data-root")
     p_ds.set_defaults(func=cmd_datasets)
+    p_pa = sub.add_parser("partition", help="write privfgl's partition of a dataset to a file (one line of node "
+                                            "ids per client, or JSON), for --partition file:PATH or a peer's code")
+    p_pa.add_argument("--dataset", default="cora", help="(default cora)")
+    p_pa.add_argument("--partition", required=True, help="louvain, metis, louvain+, metis+, dirichlet, planted")
+    p_pa.add_argument("--clients", type=int, default=10, help="number of clients K (default 10)")
+    p_pa.add_argument("--seed", type=int, default=0, help="the partition's seed, as a run's --partition-seed "
+                                                         "(default 0; O-pFGL's presets use 42)")
+    p_pa.add_argument("--partition-param", type=_key_value, action="append", metavar="KEY=VALUE",
+                      help="partition parameter, as for run (repeatable)")
+    p_pa.add_argument("--format", choices=("lines", "json"), default="lines",
+                      help="lines (default: one line of space-separated node ids per client) or json")
+    p_pa.add_argument("--out", required=True, help="the file to write")
+    p_pa.add_argument("--data-root", help="folder with the datasets (default $PRIVFGL_DATA)")
+    p_pa.add_argument("--offline", action="store_true", help="never download the dataset")
+    p_pa.set_defaults(func=cmd_partition)
     p_sw = sub.add_parser("sweep", help="a grid of runs from a TOML file: one record per cell and seed "
                                         "(resumable), a table with mean ± std over seeds, PNG plots")
     p_sw.add_argument("config", help="the sweep's TOML file (format: privfgl/sweep/config.py, README: Sweeps)")

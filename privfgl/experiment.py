@@ -17,6 +17,7 @@ import protocols
 from privfgl.allocator import ALLOCATORS
 from privfgl.allocator import apply as apply_allocator
 from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
+from privfgl.data.partition_file import is_file_partition, partition_files, read_partition
 from privfgl.data.settings import CLOSED_SETTINGS, EVAL_SETTINGS, OPEN_SETTINGS, build_regime, regime_of
 from privfgl.data.splits import SPLIT_MODES
 from privfgl.errors import ConfigError
@@ -163,6 +164,8 @@ class RunConfig:
         if (self.method == "fedgpl") != (self.partition == TASK_PARTITION):
             raise ConfigError(f"invalid partition {self.partition!r} for method {self.method}: fedgpl builds its own "
                               f"clients, one task level per third (--partition {TASK_PARTITION}), and only fedgpl does")
+        if is_file_partition(self.partition):
+            self._validate_file_partition()
         if self.method == "fedgpl" and self.clients % 3:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
@@ -187,6 +190,21 @@ class RunConfig:
                 or not 0 <= self.absent_rate < 1:
             bad("absent_rate", self.absent_rate, "a probability in [0, 1)")
         check_dp_for_run(self.dp, self.method, self.protocol, self.seed)
+
+    def _validate_file_partition(self) -> None:
+        """--partition file:PATH: the file exists (its contents are checked against the graph when it is
+        read); no partition parameters; the seen setting only."""
+        try:
+            partition_files(self.partition)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.partition_params:
+            raise ConfigError(f"--partition {self.partition} takes no partition params (got "
+                              f"{', '.join(sorted(self.partition_params))}); the file is the whole partition")
+        if regime_of(self.evaluate) is not None:
+            raise ConfigError(f"--evaluate {','.join(self.evaluate)} partitions the graph into clients + 1 parts; a "
+                              f"partition file holds {self.clients} clients; valid: --evaluate seen, or a built-in "
+                              "--partition")
 
     def _validate_canaries(self) -> None:
         def is_int(v) -> bool:
@@ -344,7 +362,10 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
             return partition_nodes(graph, cfg.partition, num_parts, seed=data_seed, cache_dir=cache,
                                    **cfg.partition_params)
         regime = regime_of(cfg.evaluate)
-        if regime is None:
+        if is_file_partition(cfg.partition):  # given from outside: read, checked, fingerprinted for the record
+            parts, extras["partition_file"] = read_partition(cfg.partition, int(data.num_nodes), cfg.clients)
+            clients = client_subgraphs(data, parts)
+        elif regime is None:
             clients = client_subgraphs(data, partition(data, cfg.clients))
         else:  # FedLoG's evaluation settings: K + 1 parts, missing classes removed (privfgl.data.settings)
             built = build_regime(data, regime, partition, cfg.clients, data_seed)

@@ -24,6 +24,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "schema": SCHEMA_VERSION,
         "config": config,
         "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
+        **({"partition_file": setup.extras["partition_file"]}  # --partition file:PATH: path, sha256, coverage
+           if "partition_file" in setup.extras else {}),
         **({"data_regime": setup.extras["data_regime"]} if "data_regime" in setup.extras else {}),  # --evaluate
         **({"canaries": record_block(setup.extras["canaries"])} if "canaries" in setup.extras else {}),  # --canaries
         **({"canary_clients": setup.extras["canary_clients"].record()}  # dp-audit's canary clients

@@ -15,7 +15,7 @@ from privfgl.data.errors import DataError, DatasetUnavailable
 _LAZY = {
     "DATASETS": "datasets", "dataset_status": "datasets", "load_dataset": "datasets", "resolve_data_root": "datasets",
     "PARTITION_PARAMS": "partition", "PARTITIONS": "partition", "client_subgraphs": "partition",
-    "partition_nodes": "partition",
+    "partition_nodes": "partition", "read_partition": "partition_file", "write_partition": "partition_file",
     "SPLIT_DEFAULTS": "splits", "split_clients": "splits", "stratified_split": "splits",
     "CLIENT_PRESETS": "synthetic", "SYNTHETIC_PRESETS": "synthetic", "client_csbm": "synthetic",
     "contextual_sbm": "synthetic",
@@ -38,5 +38,5 @@ __all__ = [
     "CLIENT_PRESETS", "DATASETS", "PARTITIONS", "PARTITION_PARAMS", "SPLIT_DEFAULTS", "SYNTHETIC_PRESETS",
     "DataError", "DatasetUnavailable",
     "client_csbm", "client_subgraphs", "contextual_sbm", "dataset_status", "load_dataset", "partition_nodes",
-    "resolve_data_root", "split_clients", "stratified_split",
+    "read_partition", "resolve_data_root", "split_clients", "stratified_split", "write_partition",
 ]

@@ -7,6 +7,8 @@ Methods (``PARTITIONS``), all deterministic per seed:
 - ``louvain+`` / ``metis+``: label-imbalance split (O-pFGL spec §3.2): 100 Louvain groups or
   METIS parts, then KMeans (k = K) over the groups' label histograms; one cluster per client.
 - ``dirichlet``: label skew, per-class client proportions ~ Dir(alpha).
+- ``file:PATH``: a partition given from outside, read and checked by privfgl.data.partition_file
+  (never cached: the file is the partition; seed and parameters do not apply).
 
 Parts are cached on disk as plain node-id text files, one per client, so that every method
 sees the identical split. networkx, pymetis and scikit-learn are imported by the partition that
@@ -31,6 +33,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, subgraph, to_undirected
 
 from privfgl.data.errors import DataError
+from privfgl.data.partition_file import is_file_partition, read_partition
 
 PARTITIONS = ("louvain", "metis", "louvain+", "metis+", "dirichlet", "planted")
 
@@ -60,11 +63,19 @@ def partition_nodes(
     Returns one sorted int64 tensor of global node ids per client. With ``cache_dir``, parts are
     read from / written to ``<cache_dir>/<dataset>-<method>-<K>-<seed>-<hash>/client_<k>.txt``
     (one node id per line; the hash covers the parameters and the graph itself).
-    Raises DataError for an unknown method, a bad client count or bad parameters.
+    Raises DataError for an unknown method, a bad client count or bad parameters. ``file:PATH``
+    returns the file's clients (privfgl.data.partition_file.read_partition); nodes in no client are
+    in no part.
     """
+    if is_file_partition(method):
+        if params:
+            raise DataError(f"partition {method!r} takes no parameters (got {', '.join(sorted(params))}); the "
+                            "file is the whole partition")
+        return read_partition(method, int(data.num_nodes), num_clients)[0]
     key = str(method).strip().lower()
     if key not in PARTITIONS:
-        raise DataError(f"unknown partition method {method!r}; valid methods: {', '.join(PARTITIONS)}")
+        raise DataError(f"unknown partition method {method!r}; valid methods: {', '.join(PARTITIONS)}, "
+                        "file:PATH")
     num_nodes = int(data.num_nodes)
     if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) \
             or not 1 <= num_clients <= num_nodes:

@@ -38,7 +38,9 @@ parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes 
 ("metrics.test_f1_macro", "metrics.settings.unseen-node.test_acc"; a number indexes a list:
 "attacks.0.metrics.epsilon_lb" is the first finding, i.e. the first attack spec's first target). `{seed}` in `dp` or in a
 method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
-knows the seed, as the record's `seed_warning` says).
+knows the seed, as the record's `seed_warning` says). `partition = "file:PATH"`: a relative PATH is
+taken from the sweep file's folder, and the file's SHA-256 is part of the cell's key (an edited
+partition file is a new cell).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from privfgl.data.partition_file import file_sha256, is_file_partition, resolve_partition
 from privfgl.errors import ConfigError
 
 # Cell options that are not run options: the sweep handles them.
@@ -71,6 +74,11 @@ class Cell:
         """Folder name of the cell's records: its label as a slug + a hash of its options (a changed
         setting is a new cell, never a stale record)."""
         identity = {k: v for k, v in self.options.items() if k not in ENVIRONMENT_OPTIONS}
+        if is_file_partition(self.options.get("partition")):
+            try:
+                identity["partition_sha256"] = file_sha256(self.options["partition"])
+            except ValueError:  # missing: check_cells names it before anything runs
+                pass
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
         slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.label).strip("_")[:60]
         return f"{slug}-{digest}"
@@ -213,6 +221,8 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
         axes = {**own, **grid}
         for combo in itertools.product(*axes.values()):
             options = _merge(_merge(_merge(base, spec), dict(zip(axes, combo))), overrides or {})
+            if "partition" in options:
+                options["partition"] = resolve_partition(options["partition"], path.parent)
             cell = Cell(_label(options, list(axes), label), options)
             if cell.key in seen:
                 raise ConfigError(f"sweep config {path}: two cells have the same options ({cell.label})")
