@@ -45,6 +45,7 @@ from attacks.dp.canary_clients import MESSAGE, CanaryClients, CanaryDirections
 from attacks.dp.dp_audit_bound import bound_over_thresholds, split_half_bound
 from attacks.dp.estimators import (PerStepBound, gaussian_fit_epsilon, gdp_mu, guess_counts, one_run_epsilon,
                                    one_run_fdp_epsilon, per_round_gdp_audit, per_step_bound)
+from attacks.dp.params import scale_and_confidence
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.federation.runtime import flatten
@@ -123,14 +124,7 @@ class CanaryClientAudit(Attack):
             raise ValueError(f"dp-audit: view={view!r}: valid: {', '.join(VIEWS)}")
         if not isinstance(support, int) or support < 1:
             raise ValueError(f"dp-audit: support={support!r}: expected an integer >= 1")
-        try:
-            scale, confidence = float(scale), float(confidence)
-        except ValueError:
-            raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
-        if not scale >= 1:
-            raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
-        if not 0.5 < confidence < 1:
-            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+        scale, confidence = scale_and_confidence(scale, confidence)
         if colluders is not None and (not isinstance(colluders, int) or colluders < 0):
             raise ValueError(f"dp-audit: colluders={colluders!r}: expected an integer >= 0")
         self.canaries, self.view, self.seed, self.scale, self.support = canaries, view, seed, scale, support

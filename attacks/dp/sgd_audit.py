@@ -38,6 +38,7 @@ from attacks.dp.estimators import (gaussian_fit_epsilon, gdp_mu, guess_counts, o
                                    one_run_fdp_epsilon, per_round_gdp_audit, per_step_bound)
 from attacks.dp.fedavg_audit import pick_k
 from attacks.dp.gradient_canaries import GradientCanaries
+from attacks.dp.params import scale_and_confidence
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.federation.runtime import flatten
@@ -101,14 +102,7 @@ class GradientCanaryAudit(Attack):
             raise ValueError(f"dp-audit: support={support!r}: expected an integer >= 1")
         if view != "rounds":
             raise ValueError(f"dp-audit: view={view!r}: dp-sgd's audit reads every round's upload; valid: rounds")
-        try:
-            scale, confidence = float(scale), float(confidence)
-        except ValueError:
-            raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
-        if not scale >= 1:
-            raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
-        if not 0.5 < confidence < 1:
-            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+        scale, confidence = scale_and_confidence(scale, confidence)
         self.canaries, self.client, self.seed, self.scale, self.support = canaries, client, seed, scale, support
         self.confidence = confidence
         self.inserted: GradientCanaries | None = None

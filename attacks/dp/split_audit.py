@@ -51,6 +51,7 @@ import torch
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.estimators import gdp_mu, guess_counts, one_run_epsilon, per_step_bound
 from attacks.dp.fedavg_audit import pick_k
+from attacks.dp.params import scale_and_confidence
 from attacks.view import AdversaryView
 from privfgl.privacy.accounting import PrivacyAccountant
 from privfgl.federation import SERVER
@@ -179,14 +180,7 @@ class CanaryRowAudit(Attack):
             raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
         if message is not None and message not in MESSAGES:
             raise ValueError(f"dp-audit: message={message!r}: valid: {', '.join(MESSAGES)}")
-        try:
-            scale, confidence = float(scale), float(confidence)
-        except ValueError:
-            raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
-        if not scale >= 1:
-            raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
-        if not 0.5 < confidence < 1:
-            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+        scale, confidence = scale_and_confidence(scale, confidence)
         self.canaries, self.message, self.seed, self.scale, self.confidence = canaries, message, seed, scale, confidence
         self.rows: CanaryRows | None = None
 

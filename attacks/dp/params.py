@@ -1,0 +1,16 @@
+"""The KEY=VALUE params every dp-audit design checks the same way (one line per bad value)."""
+from __future__ import annotations
+
+
+def scale_and_confidence(scale, confidence) -> tuple[float, float]:
+    """(scale, confidence) as floats: scale ≥ 1 (a canary's raw norm in units of the clip), confidence in
+    (0.5, 1). ValueError naming the bad one otherwise."""
+    try:
+        scale, confidence = float(scale), float(confidence)
+    except (TypeError, ValueError):
+        raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
+    if not scale >= 1:
+        raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+    return scale, confidence
