@@ -42,10 +42,9 @@ import torch
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import MESSAGE, CanaryClients, CanaryDirections
-from attacks.dp.dp_audit_bound import bound_over_thresholds, split_half_bound
-from attacks.dp.estimators import (PerStepBound, gaussian_fit_epsilon, gdp_mu, guess_counts, one_run_epsilon,
-                                   one_run_fdp_epsilon, per_round_gdp_audit, per_step_bound)
+from attacks.dp.estimators import PerStepBound, gaussian_fit_epsilon, per_step_bound
 from attacks.dp.params import scale_and_confidence
+from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.federation.runtime import flatten
@@ -53,7 +52,6 @@ from privfgl.methods.dp_fedavg import dp_fedavg_params
 from protocols.base import client as client_name
 
 VIEWS = ("rounds", "final")
-K_FRACTIONS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5)
 
 
 @dataclass(frozen=True)
@@ -86,23 +84,6 @@ class AuditTruth:
     delta: float
     accounted_sample_rate: float
     rounds: int
-
-
-def pick_k(m: int, mu: float, bound) -> int:
-    """The k (guesses each way) maximising `bound(m, r, v)` at the mean correct count of four simulated
-    games of a μ-GDP mechanism (scores μ·b + N(0, 1), seeded: public, chosen before any real score is seen);
-    v(k) as `guess_counts` counts it, from one stable sort per game."""
-    ks = sorted({max(1, int(m * f)) for f in K_FRACTIONS if 2 * max(1, int(m * f)) <= m}) or [max(1, m // 2)]
-    rng = np.random.default_rng(0x4B)
-    cums = []
-    for _ in range(4):
-        c = rng.random(m) < 0.5
-        cums.append(np.cumsum(c[np.argsort(mu * c + rng.standard_normal(m), kind="stable")]))
-
-    def expected(k: int) -> float:  # out-guesses right: the bottom k's outs; in-guesses right: the top k's ins
-        v = round(float(np.mean([(k - cum[k - 1]) + (cum[-1] - cum[m - k - 1]) for cum in cums])))
-        return bound(m, 2 * k, v)
-    return max(ks, key=expected)
 
 
 class CanaryClientAudit(Attack):
@@ -197,41 +178,24 @@ class CanaryClientAudit(Attack):
                           float(report["dp"]["accounted_sample_rate"]), rounds)
 
     def score(self, rec: AuditScores, truth: AuditTruth, aux: AuditAux) -> tuple[dict, dict]:
-        m, c, delta, conf = len(truth.coins), truth.coins, truth.delta, self.confidence
-        mu_claim = gdp_mu(truth.epsilon_accountant, delta) if math.isfinite(truth.epsilon_accountant) else 10.0
-        k_one = pick_k(m, mu_claim, lambda m, r, v: one_run_epsilon(m, r, v, delta, conf))
-        k_fdp = pick_k(m, mu_claim, lambda m, r, v: one_run_fdp_epsilon(m, r, v, delta, conf))
-        one, fdp = guess_counts(rec.scores, c, k_one, k_one), guess_counts(rec.scores, c, k_fdp, k_fdp)
-        bounds = {"one_run": one_run_epsilon(m, *one, delta, conf), "one_run_fdp": one_run_fdp_epsilon(m, *fdp, delta,
-                                                                                                       conf),
-                  "split_half": split_half_bound(rec.scores, c, delta, 1 - conf, self.seed).epsilon_lb,
-                  "bonferroni": bound_over_thresholds(rec.scores, c, delta, 1 - conf).epsilon_lb}
-        per_step = None
+        c, delta, conf = truth.coins, truth.delta, self.confidence
+        bounds, score_metrics = score_bounds(rec.scores, c, truth.epsilon_accountant, delta, conf, self.seed)
+        per_round = {}
         if rec.per_round is not None:
             stat_in = rec.per_round[:, c][rec.possible[:, c]]
             stat_out = rec.per_round[:, ~c][rec.possible[:, ~c]]
             per_step = self.per_step(stat_in, stat_out, truth)
             bounds["per_round"] = per_step.epsilon_lower
+            per_round = per_round_metrics(per_step, stat_in, stat_out, truth.rounds, delta, conf, self.seed)
         estimator = self.estimator(truth.accounted_sample_rate, rec.per_round is not None)
         metrics = {"epsilon_lower_bound": bounds[estimator], "epsilon_accountant": truth.epsilon_accountant,
-                   "confidence": conf, "estimator": estimator, "canaries": m, "canaries_in": int(c.sum()),
-                   "view": aux.view, "delta": delta, "caught": bounds[estimator] > truth.epsilon_accountant,
-                   "bound_over_accountant": bounds[estimator] / truth.epsilon_accountant,
-                   "one_run_epsilon": bounds["one_run"], "one_run_k": k_one, "one_run_correct": f"{one[1]}/{one[0]}",
-                   "one_run_fdp_epsilon": bounds["one_run_fdp"], "one_run_fdp_k": k_fdp,
-                   "one_run_fdp_correct": f"{fdp[1]}/{fdp[0]}",
-                   "split_half_epsilon": bounds["split_half"], "bonferroni_epsilon": bounds["bonferroni"],
+                   "confidence": conf, "estimator": estimator, "canaries": len(c), "canaries_in": int(c.sum()),
+                   "view": aux.view, "delta": delta, **verdict(bounds[estimator], truth.epsilon_accountant),
+                   **score_metrics,
                    "gaussian_fit_epsilon_estimate": gaussian_fit_epsilon(
-                       self._fit_statistic(rec, c, aux.directions.dimension), aux.directions.dimension, delta)}
-        if per_step is not None:
-            gdp = per_round_gdp_audit(stat_in, stat_out, truth.rounds, delta, conf, self.seed)
-            metrics.update(per_round_epsilon=per_step.epsilon_lower, per_round_mu_step_lower=per_step.step_lower,
-                           per_round_observations=f"{per_step.ins}+{per_step.outs}",
-                           gdp_mu_step_estimate=gdp.mu_step, gdp_epsilon_estimate=gdp.epsilon_estimate,
-                           gdp_epsilon_parametric_lower_estimate=gdp.epsilon_lower_parametric)
-        baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
-                                                        "probability 1/2, whose bound at any k is 0"}
-        return metrics, baseline
+                       self._fit_statistic(rec, c, aux.directions.dimension), aux.directions.dimension, delta),
+                   **per_round}
+        return metrics, dict(BASELINE)
 
     def per_step(self, stat_in: np.ndarray, stat_out: np.ndarray, truth: AuditTruth) -> PerStepBound:
         """The per-round bound against the Gaussian claim: the threshold fixed by the design at half the

@@ -21,7 +21,7 @@ of its optimizer on ĝ_s = (Σ clip(g) + N(0, (σΔ)²))/n, n its public count o
   bound (the accountant's claim is the composed Gaussian, (√(RE)/σ)-GDP); no per-round bound.
 Also in the finding (valid): the one-run bound (Steinke et al.), split-half and Bonferroni; estimates (no
 guarantee): the per-round GDP μ̂ composed (SGD) and Andrew et al.'s Gaussian fit. The one-run k is fixed
-by a simulation of the claimed μ (fedavg_audit.pick_k), before the scores are seen.
+by a simulation of the claimed μ (scoring.pick_k), before the scores are seen.
 """
 from __future__ import annotations
 
@@ -33,12 +33,10 @@ import torch
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import CanaryDirections
-from attacks.dp.dp_audit_bound import bound_over_thresholds, split_half_bound
-from attacks.dp.estimators import (gaussian_fit_epsilon, gdp_mu, guess_counts, one_run_epsilon,
-                                   one_run_fdp_epsilon, per_round_gdp_audit, per_step_bound)
-from attacks.dp.fedavg_audit import pick_k
+from attacks.dp.estimators import gaussian_fit_epsilon, per_step_bound
 from attacks.dp.gradient_canaries import GradientCanaries
 from attacks.dp.params import scale_and_confidence
+from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
 from privfgl.federation.runtime import flatten
@@ -176,43 +174,24 @@ class GradientCanaryAudit(Attack):
                              setup.method.rounds)
 
     def score(self, rec: SGDAuditScores, truth: SGDAuditTruth, aux: SGDAuditAux) -> tuple[dict, dict]:
-        m, c, delta, conf = len(truth.coins), truth.coins, truth.delta, self.confidence
-        mu_claim = gdp_mu(truth.epsilon_accountant, delta) if math.isfinite(truth.epsilon_accountant) else 10.0
-        k_one = pick_k(m, mu_claim, lambda m, r, v: one_run_epsilon(m, r, v, delta, conf))
-        k_fdp = pick_k(m, mu_claim, lambda m, r, v: one_run_fdp_epsilon(m, r, v, delta, conf))
-        one, fdp = guess_counts(rec.scores, c, k_one, k_one), guess_counts(rec.scores, c, k_fdp, k_fdp)
-        bounds = {"one_run": one_run_epsilon(m, *one, delta, conf),
-                  "one_run_fdp": one_run_fdp_epsilon(m, *fdp, delta, conf),
-                  "split_half": split_half_bound(rec.scores, c, delta, 1 - conf, self.seed).epsilon_lb,
-                  "bonferroni": bound_over_thresholds(rec.scores, c, delta, 1 - conf).epsilon_lb}
-        linear = aux.optimizer == "sgd"
+        c, delta, conf = truth.coins, truth.delta, self.confidence
+        bounds, score_metrics = score_bounds(rec.scores, c, truth.epsilon_accountant, delta, conf, self.seed)
         stat_in, stat_out = rec.per_round[:, c][rec.possible[:, c]], rec.per_round[:, ~c][rec.possible[:, ~c]]
-        extra = {}
-        if linear:  # threshold fixed by the design: half the canary's known per-round shift (1 in these units)
+        per_round = {}
+        if aux.optimizer == "sgd":  # threshold fixed by the design: half the canary's known per-round shift (1 here)
             per_step = per_step_bound(stat_in, stat_out, 0.5, truth.rounds, delta, "gaussian", conf)
             bounds["per_round"] = per_step.epsilon_lower
-            gdp = per_round_gdp_audit(stat_in, stat_out, truth.rounds, delta, conf, self.seed)
-            extra = dict(per_round_epsilon=per_step.epsilon_lower, per_round_mu_step_lower=per_step.step_lower,
-                         per_round_observations=f"{per_step.ins}+{per_step.outs}",
-                         gdp_mu_step_estimate=gdp.mu_step, gdp_epsilon_estimate=gdp.epsilon_estimate,
-                         gdp_epsilon_parametric_lower_estimate=gdp.epsilon_lower_parametric)
+            per_round = per_round_metrics(per_step, stat_in, stat_out, truth.rounds, delta, conf, self.seed)
         estimator = self.estimator(aux.optimizer)
         total = (rec.per_round * rec.possible).sum(0)
         d = aux.directions.dimension
         fit = total[c] / float(total[~c].std(ddof=1)) / math.sqrt(d)  # out-canaries' null: N(0, 1/d)
         metrics = {"epsilon_lower_bound": bounds[estimator], "epsilon_accountant": truth.epsilon_accountant,
-                   "confidence": conf, "estimator": estimator, "canaries": m, "canaries_in": int(c.sum()),
+                   "confidence": conf, "estimator": estimator, "canaries": len(c), "canaries_in": int(c.sum()),
                    "view": "rounds", "optimizer": aux.optimizer, "client": aux.client, "delta": delta,
-                   "caught": bounds[estimator] > truth.epsilon_accountant,
-                   "bound_over_accountant": bounds[estimator] / truth.epsilon_accountant,
-                   "one_run_epsilon": bounds["one_run"], "one_run_k": k_one, "one_run_correct": f"{one[1]}/{one[0]}",
-                   "one_run_fdp_epsilon": bounds["one_run_fdp"], "one_run_fdp_k": k_fdp,
-                   "one_run_fdp_correct": f"{fdp[1]}/{fdp[0]}",
-                   "split_half_epsilon": bounds["split_half"], "bonferroni_epsilon": bounds["bonferroni"],
-                   "gaussian_fit_epsilon_estimate": gaussian_fit_epsilon(fit, d, delta), **extra}
-        baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
-                                                        "probability 1/2, whose bound at any k is 0"}
-        return metrics, baseline
+                   **verdict(bounds[estimator], truth.epsilon_accountant), **score_metrics,
+                   "gaussian_fit_epsilon_estimate": gaussian_fit_epsilon(fit, d, delta), **per_round}
+        return metrics, dict(BASELINE)
 
     @staticmethod
     def estimator(optimizer: str) -> str:

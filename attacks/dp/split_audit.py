@@ -50,8 +50,8 @@ import torch
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.estimators import gdp_mu, guess_counts, one_run_epsilon, per_step_bound
-from attacks.dp.fedavg_audit import pick_k
 from attacks.dp.params import scale_and_confidence
+from attacks.dp.scoring import BASELINE, pick_k, verdict
 from attacks.view import AdversaryView
 from privfgl.privacy.accounting import PrivacyAccountant
 from privfgl.federation import SERVER
@@ -277,8 +277,7 @@ class CanaryRowAudit(Attack):
                    "canaries": m, "canaries_in": int(c.sum()), "canaries_inserted": aux.count,
                    "message": aux.message,
                    "view": "rounds" if obs.shape[0] == T else f"{obs.shape[0]} of {T} rounds (the transcript kept)",
-                   "delta": delta, "caught": per_round > truth.epsilon_accountant,
-                   "bound_over_accountant": per_round / truth.epsilon_accountant,
+                   "delta": delta, **verdict(per_round, truth.epsilon_accountant),
                    "bound_over_message": per_round / truth.epsilon_message,
                    "per_round_epsilon": per_round, "per_round_claim": step.claim,
                    "per_round_step_lower": step.step_lower, "per_round_step_accounted": truth.step,
@@ -286,6 +285,4 @@ class CanaryRowAudit(Attack):
                    "per_round_errors": f"{step.false_negatives} FN, {step.false_positives} FP",
                    "rounds": T, "rounds_observed": obs.shape[0], "one_run_epsilon": one_run, "one_run_k": k,
                    "one_run_correct": f"{v}/{r}"}
-        baseline = {"epsilon_lower_bound": 0.0, "kind": "guessing without the view: each guess right with "
-                                                        "probability 1/2, whose bound at any k is 0"}
-        return metrics, baseline
+        return metrics, dict(BASELINE)
