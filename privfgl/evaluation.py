@@ -55,22 +55,24 @@ class RoundTracker:
         self.clients = clients
         self.num_classes = num_classes
         self.num_clients = len(clients)
-        self.weights = torch.tensor([float(c.num_nodes) for c in clients])
-        self.client = torch.cat([torch.full((c.num_nodes,), k) for k, c in enumerate(clients)])
-        self.y = torch.cat([c.y for c in clients])
-        self.val_mask = torch.cat([c.val_mask for c in clients])
-        self.test_mask = torch.cat([c.test_mask for c in clients])
-        majority = torch.tensor([majority_training_class(c, num_classes) for c in clients])
-        self.minority_mask = self.test_mask & (self.y != majority[self.client])
-        bins = torch.cat([homophily_bins(c) for c in clients])
-        self.minority_by_bin = {name: self.minority_mask & (bins == code) for code, name in enumerate(HOMOPHILY_BINS)}
+        self.node_counts = [int(c.num_nodes) for c in clients]
+        self.weights = torch.tensor([float(n) for n in self.node_counts])
+        self.views = [ClientEvaluation(c, num_classes) for c in clients]
         self.settings = list(settings)
         self.last_round = last_round  # the final evaluation's round (None: unknown, settings every round)
         self.history: list[dict] = []
         self.best: dict | None = None
 
-    def _confusion(self, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return confusion_by_client(pred[mask], self.y[mask], self.client[mask], self.num_clients, self.num_classes)
+    @classmethod
+    def from_counts(cls, node_counts: list[int], num_classes: int, select: str = "val_acc",
+                    last_round: int | None = None) -> "RoundTracker":
+        """A tracker that holds no client data: the clients evaluate themselves (``ClientEvaluation``)
+        and it gets their tallies only (``evaluate_tallies``; clients that are Ray actors)."""
+        tracker = cls([], num_classes, select, (), last_round)
+        tracker.num_clients = len(node_counts)
+        tracker.node_counts = [int(n) for n in node_counts]
+        tracker.weights = torch.tensor([float(n) for n in tracker.node_counts])
+        return tracker
 
     def evaluate(self, round: int, logits: list[torch.Tensor], stage: str = "train",
                  predict_on: Callable[[list[Data]], list[torch.Tensor]] | None = None) -> dict:
@@ -78,35 +80,41 @@ class RoundTracker:
         best round (ties keep the earlier round). predict_on(graphs) -> client k's eval-mode logits
         [n_k, C] on graphs[k] (len(graphs) == K; only the rows of graphs[k].test_mask are read);
         needed when the run has settings, called once per setting."""
-        pred = torch.cat([out.argmax(-1) for out in logits])
-        val, test = self._confusion(pred, self.val_mask), self._confusion(pred, self.test_mask)
+        with_loss = self.select == "val_loss"
+        tallies = [view.tally(out, with_loss) for view, out in zip(self.views, logits, strict=True)]
+        return self.evaluate_tallies(round, tallies, stage, predict_on)
+
+    def evaluate_tallies(self, round: int, tallies: list[dict], stage: str = "train",
+                         predict_on: Callable[[list[Data]], list[torch.Tensor]] | None = None) -> dict:
+        """``evaluate`` from every client's ``ClientEvaluation.tally`` (in client order)."""
+        val = torch.stack([t["val"] for t in tallies])
+        test = torch.stack([t["test"] for t in tallies])
         val_acc, test_acc, test_f1 = accuracy(val), accuracy(test), macro_f1(test)
         n_val, n_test = val.sum((1, 2)), test.sum((1, 2))
         test_correct = test.diagonal(dim1=1, dim2=2).sum(1)
-        minority = self.minority_mask
-        n_minority = torch.bincount(self.client[minority], minlength=self.num_clients)
-        minority_correct = torch.bincount(self.client[minority], weights=(pred[minority] == self.y[minority]).double(),
-                                          minlength=self.num_clients).long()
+        n_minority = torch.tensor([t["n_minority"] for t in tallies])
+        minority_correct = torch.tensor([t["minority_correct"] for t in tallies])
         pooled = test.sum(0)
-        correct = pred == self.y
-        by_homophily = {name: {"n": int(mask.sum()), "acc": float(correct[mask].double().mean()) if bool(mask.any()) else None}
-                        for name, mask in self.minority_by_bin.items()}
+        by_homophily = {}
+        for name in HOMOPHILY_BINS:
+            n = sum(t["by_homophily"][name][0] for t in tallies)
+            hit = sum(t["by_homophily"][name][1] for t in tallies)
+            by_homophily[name] = {"n": n, "acc": hit / n if n else None}
         entry = {"round": round, "stage": stage,
                  "val_acc": weighted_mean(val_acc, self.weights), "test_acc": weighted_mean(test_acc, self.weights),
                  "test_acc_micro": float(accuracy(pooled)),
                  "test_f1_macro": weighted_mean(test_f1, self.weights), "test_f1_macro_micro": float(macro_f1(pooled)),
                  "minority_acc": float(minority_correct.sum()) / float(n_minority.sum()) if int(n_minority.sum()) else None,
                  "minority_by_homophily": by_homophily,
-                 "per_client": [{"client": k, "n_nodes": int(c.num_nodes), "n_val": int(n_val[k]),
+                 "per_client": [{"client": k, "n_nodes": n, "n_val": int(n_val[k]),
                                  "n_test": int(n_test[k]), "val_acc": float(val_acc[k]),
                                  "test_acc": float(test_acc[k]), "test_f1_macro": float(test_f1[k]),
                                  "test_correct": int(test_correct[k]), "test_n_minority": int(n_minority[k]),
                                  "test_minority_correct": int(minority_correct[k])}
-                                for k, c in enumerate(self.clients)]}
+                                for k, n in enumerate(self.node_counts)]}
         if self.select == "val_loss":
-            out = torch.cat(logits)
-            entry["val_loss"] = float(F.cross_entropy(out[self.val_mask].double(), self.y[self.val_mask])) \
-                if bool(self.val_mask.any()) else float("inf")
+            total = int(n_val.sum())
+            entry["val_loss"] = sum(t["val_loss_sum"] for t in tallies) / total if total else float("inf")
             better = self.best is None or entry["val_loss"] < self.best["val_loss"]
         else:
             better = self.best is None or entry["val_acc"] > self.best["val_acc"]
@@ -173,6 +181,35 @@ def homophily_bins(client: Data) -> torch.Tensor:
     (a client without ``edge_index`` has only isolated nodes). int64 [n]."""
     h = node_homophily(client.y, getattr(client, "edge_index", None), int(client.num_nodes))
     return torch.where(h.isnan(), 2, torch.where(h < 0.5, 0, 1)).long()
+
+
+class ClientEvaluation:
+    """What one client reads to evaluate its own model: its labels, masks, majority training class and
+    homophily bins. ``tally`` turns its logits into counts, the only thing the tracker needs from it."""
+
+    def __init__(self, client: Data, num_classes: int):
+        self.num_classes = num_classes
+        self.y, self.val_mask, self.test_mask = client.y, client.val_mask, client.test_mask
+        self.minority = self.test_mask & (self.y != majority_training_class(client, num_classes))
+        bins = homophily_bins(client)
+        self.minority_by_bin = {name: self.minority & (bins == code) for code, name in enumerate(HOMOPHILY_BINS)}
+
+    def tally(self, logits: torch.Tensor, with_loss: bool = False) -> dict:
+        """Counts of this client's predictions (logits [n, C]): "val"/"test" confusion matrices [C, C]
+        (rows true, columns predicted), minority test nodes and the correct ones (also per homophily bin:
+        name -> (n, correct)), and with_loss the summed validation cross-entropy "val_loss_sum"."""
+        pred = logits.argmax(-1)
+        zeros = torch.zeros(pred.numel(), dtype=torch.long)
+        conf = lambda mask: confusion_by_client(pred[mask], self.y[mask], zeros[mask], 1, self.num_classes)[0]
+        correct = pred == self.y
+        out = {"val": conf(self.val_mask), "test": conf(self.test_mask),
+               "n_minority": int(self.minority.sum()), "minority_correct": int(correct[self.minority].sum()),
+               "by_homophily": {name: (int(mask.sum()), int(correct[mask].sum()))
+                                for name, mask in self.minority_by_bin.items()}}
+        if with_loss:
+            out["val_loss_sum"] = float(F.cross_entropy(logits[self.val_mask].double(), self.y[self.val_mask],
+                                                        reduction="sum")) if bool(self.val_mask.any()) else 0.0
+        return out
 
 
 def _setting_metrics(counts: list[tuple[int, int]], shared: bool = False) -> dict:

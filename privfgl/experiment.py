@@ -78,7 +78,9 @@ class RunConfig:
     seed: int = 0
     partition_seed: int | None = None  # None: the run's seed (O-pFGL's code fixes it and varies only training)
     device: str = "cpu"
-    engine: str = "auto"
+    engine: str = "auto"  # or "ray": the clients on Ray actors (privfgl.federation.ray)
+    ray_address: str | None = None  # --engine ray: a running cluster's HOST:PORT (None: a local Ray)
+    clients_per_actor: int = 1  # --engine ray: clients each actor hosts (trained with the stacked engine)
     evaluation: str = "local_model"
     evaluate: tuple[str, ...] = ("seen",)  # evaluation settings (privfgl.data.settings); beyond seen: FedLoG's regimes
     data_root: str | None = None
@@ -105,8 +107,11 @@ class RunConfig:
             bad("protocol", self.protocol, ", ".join(protocols.PROTOCOLS))
         if self.evaluation not in EVALUATION_MODES:
             bad("evaluation", self.evaluation, ", ".join(EVALUATION_MODES))
-        if self.engine not in ENGINES:
-            bad("engine", self.engine, ", ".join(ENGINES))
+        if self.engine not in ENGINES + ("ray",):
+            bad("engine", self.engine, ", ".join(ENGINES + ("ray",)))
+        if self.engine == "ray":
+            from privfgl.federation.ray.run import check_ray_run
+            check_ray_run(self)
         if self.optimizer not in OPTIMIZERS:
             bad("optimizer", self.optimizer, ", ".join(OPTIMIZERS))
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -344,18 +349,28 @@ def _not_a(name: str, value, valid: str):
     raise ConfigError(f"invalid {name} {value!r}; valid: {valid}")
 
 
-def build_setup(cfg: RunConfig, data=None) -> Setup:
-    """Everything a method needs. `data` overrides loading cfg.dataset (e.g. an in-memory graph)."""
-    cfg.validate()
-    seed_everything(cfg.seed)
+@dataclass
+class ClientData:
+    """The clients' private subgraphs of a run and what is public about the graph they came from."""
+    clients: list
+    num_classes: int
+    num_nodes: int
+    dataset_name: str
+    settings: list
+    extras: dict
+
+
+def build_clients(cfg: RunConfig, data=None) -> ClientData:
+    """The run's clients: the dataset loaded (or `data`), partitioned, split, with the auditor's canaries.
+    What a Ray client actor runs for itself (keeping only its own clients)."""
     if data is None:
         data = load_dataset(cfg.dataset, cfg.data_root, download=cfg.download)
     cache = partition_cache_dir()
     data_seed = cfg.seed if cfg.partition_seed is None else cfg.partition_seed
     extras, settings = {}, []
     if cfg.partition == TASK_PARTITION:  # FedGPL's clients: induced sample graphs per task level (spec B.8)
-        from privfgl.methods.fedgpl.run import build_clients
-        clients, extras["fedgpl_samples"], extras["population_features"] = build_clients(
+        from privfgl.methods.fedgpl.run import build_clients as fedgpl_clients
+        clients, extras["fedgpl_samples"], extras["population_features"] = fedgpl_clients(
             data, cfg.clients, cfg.method_params, data_seed)
     else:
         def partition(graph, num_parts: int) -> list[torch.Tensor]:
@@ -375,6 +390,16 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
             from privfgl.data.canaries import insert_canaries
             clients, extras["canaries"] = insert_canaries(clients, int(data.num_classes), cfg.canaries,
                                                           cfg.seed if cfg.canary_seed is None else cfg.canary_seed)
+    return ClientData(clients, int(data.num_classes), int(data.num_nodes), getattr(data, "name", cfg.dataset),
+                      settings, extras)
+
+
+def build_setup(cfg: RunConfig, data=None) -> Setup:
+    """Everything a method needs. `data` overrides loading cfg.dataset (e.g. an in-memory graph)."""
+    cfg.validate()
+    seed_everything(cfg.seed)
+    built = build_clients(cfg, data)
+    clients, settings, extras = built.clients, built.settings, built.extras
     protocol_params = effective_protocol_params(cfg)
     protocol = protocols.get_protocol(cfg.protocol, **protocol_params)
     dp_spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
@@ -387,10 +412,10 @@ def build_setup(cfg: RunConfig, data=None) -> Setup:
     model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
     method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, cfg.engine, cfg.evaluation,
                           cfg.seed, cfg.progress, dict(cfg.method_params))
-    tracker = RoundTracker(clients, int(data.num_classes), settings=settings,
+    tracker = RoundTracker(clients, built.num_classes, settings=settings,
                            last_round=cfg.rounds - 1 + cfg.finetune_epochs)
-    return Setup(clients, int(data.num_classes), model, method, federation, tracker, cfg.device,
-                 extras={"dataset_name": getattr(data, "name", cfg.dataset), "num_nodes": int(data.num_nodes),
+    return Setup(clients, built.num_classes, model, method, federation, tracker, cfg.device,
+                 extras={"dataset_name": built.dataset_name, "num_nodes": built.num_nodes,
                          "protocol_params": protocol_params, **extras})
 
 
@@ -420,6 +445,12 @@ def run(cfg: RunConfig, data=None, prepare=()) -> tuple[dict, Setup]:
     attacks.audit.prepare_attacks)."""
     start = time.perf_counter()
     cfg.validate()  # before touching the thread count
+    if cfg.engine == "ray":  # the clients on Ray actors: no client data in this process
+        if data is not None or prepare:
+            raise ConfigError("--engine ray: the actors load the dataset themselves and audits that prepare the "
+                              "run are not built; run it in process")
+        from privfgl.federation.ray.run import run_ray
+        return run_ray(cfg)
     threads_before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)

@@ -10,9 +10,11 @@ on its own nodes, so the engines are interchangeable (tests/test_training.py che
 """
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
@@ -77,6 +79,14 @@ class LocalTrainers(ABC):
     def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
         """Eval-mode logits of client k's model on graphs[k] (x, edge_index; len K): list of [n_k, C]."""
 
+    def evaluate(self, tracker, round: int, stage: str = "train") -> dict:
+        """Every client's model evaluated on its own nodes into the tracker (privfgl.evaluation)."""
+        return tracker.evaluate(round, self.predict(), stage=stage, predict_on=self.predict_on)
+
+    def uploads(self, upload, received: Params, clients: list[Data]) -> list[Params]:
+        """Every client's message: upload(k, its parameters, received, its data), client by client."""
+        return [upload(k, self.get_params(k), received, clients[k]) for k in range(self.num_clients)]
+
 
 def _optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
     """Adam with the fused kernel, or SGD (both element-wise, so one optimizer over stacked
@@ -88,6 +98,12 @@ def _optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
+def dropout_seeds(seed: int, clients) -> list[int]:
+    """Client k's own dropout stream seed, from the run's seed and k alone: a client draws the same masks
+    whichever clients share its process (in-process, or a Ray actor hosting some of them)."""
+    return [int(np.random.SeedSequence([seed, int(k), 0xD20]).generate_state(1)[0]) for k in clients]
+
+
 def _client_losses_weights(clients: list[Data]) -> torch.Tensor:
     return torch.tensor([1.0 / max(int(c.train_mask.sum()), 1) for c in clients])
 
@@ -95,9 +111,12 @@ def _client_losses_weights(clients: list[Data]) -> torch.Tensor:
 class LoopedTrainers(LocalTrainers):
     """One PyG model + Adam per client."""
 
-    def __init__(self, clients: list[Data], cfg: ModelConfig, init: list[Params], device: str = "cpu"):
+    def __init__(self, clients: list[Data], cfg: ModelConfig, init: list[Params], device: str = "cpu",
+                 seeds: list[int] | None = None):
         self.num_clients = len(clients)
         self.device = torch.device(device)
+        # Per-client RNG states (CPU generator) for dropout; None: the global stream, client after client.
+        self.rng = None if seeds is None else [torch.Generator().manual_seed(s).get_state() for s in seeds]
         num_classes = init[0][[n for n in init[0] if n.endswith("bias")][-1]].shape[-1]
         self.clients = [c.clone().to(self.device) for c in clients]  # Data.to is in-place
         self.models, self.optims = [], []
@@ -118,15 +137,19 @@ class LoopedTrainers(LocalTrainers):
             if not bool(c.train_mask.any()):
                 continue
             m.train()
-            for _ in range(epochs):
-                opt.zero_grad()
-                out = m(c.x, c.edge_index)
-                loss = F.cross_entropy(out[c.train_mask], c.y[c.train_mask])
-                if prox_mu and anchors is not None:
-                    loss = loss + 0.5 * prox_mu * sum(((p - anchors[k][n].to(p)) ** 2).sum()
-                                                       for n, p in m.named_parameters())
-                loss.backward()
-                opt.step()
+            with _client_rng(self.rng, k):
+                self._train_one(k, c, m, opt, epochs, prox_mu, anchors)
+
+    def _train_one(self, k, c, m, opt, epochs, prox_mu, anchors) -> None:
+        for _ in range(epochs):
+            opt.zero_grad()
+            out = m(c.x, c.edge_index)
+            loss = F.cross_entropy(out[c.train_mask], c.y[c.train_mask])
+            if prox_mu and anchors is not None:
+                loss = loss + 0.5 * prox_mu * sum(((p - anchors[k][n].to(p)) ** 2).sum()
+                                                   for n, p in m.named_parameters())
+            loss.backward()
+            opt.step()
 
     @torch.no_grad()
     def predict(self) -> list[torch.Tensor]:
@@ -145,10 +168,27 @@ class LoopedTrainers(LocalTrainers):
         return outs
 
 
+@contextlib.contextmanager
+def _client_rng(states: list[torch.Tensor] | None, k: int):
+    """torch's global CPU generator set to client k's own state for the block, then restored (states: None:
+    no change)."""
+    if states is None:
+        yield
+        return
+    saved = torch.get_rng_state()
+    torch.set_rng_state(states[k])
+    try:
+        yield
+    finally:
+        states[k] = torch.get_rng_state()
+        torch.set_rng_state(saved)
+
+
 class StackedTrainers(LocalTrainers):
     """All clients at once: parameters [K, ...] over a block-diagonal graph, one Adam."""
 
-    def __init__(self, clients: list[Data], cfg: ModelConfig, init: list[Params], device: str = "cpu"):
+    def __init__(self, clients: list[Data], cfg: ModelConfig, init: list[Params], device: str = "cpu",
+                 seeds: list[int] | None = None):
         if cfg.model not in STACKABLE:
             raise ValueError(f"engine 'stacked' supports models {', '.join(STACKABLE)}, not {cfg.model!r}; "
                              "use --engine looped")
@@ -156,6 +196,8 @@ class StackedTrainers(LocalTrainers):
         self.cfg = cfg
         self.device = torch.device(device)
         self.graph = BlockGraph([c.x for c in clients], [c.edge_index for c in clients], self.device)
+        if seeds is not None:  # client k's dropout masks from its own stream
+            self.graph.generators = [torch.Generator(self.device).manual_seed(s) for s in seeds]
         cat = lambda name: torch.cat([getattr(c, name) for c in clients]).to(self.device)
         self.y, self.train_mask = cat("y"), cat("train_mask")
         self.train_idx = self.train_mask.nonzero().view(-1)
@@ -209,10 +251,11 @@ class StackedTrainers(LocalTrainers):
 
 
 def make_trainers(clients: list[Data], cfg: ModelConfig, init: list[Params], engine: str = "auto",
-                  device: str = "cpu") -> LocalTrainers:
-    """The engine `engine` (auto = stacked when the backbone allows it, else looped)."""
+                  device: str = "cpu", seeds: list[int] | None = None) -> LocalTrainers:
+    """The engine `engine` (auto = stacked when the backbone allows it, else looped). seeds: each client's
+    own dropout stream (``dropout_seeds``; None: torch's global generator, shared by the clients)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if engine == "stacked" or (engine == "auto" and cfg.model in STACKABLE):
-        return StackedTrainers(clients, cfg, init, device)
-    return LoopedTrainers(clients, cfg, init, device)
+        return StackedTrainers(clients, cfg, init, device, seeds)
+    return LoopedTrainers(clients, cfg, init, device, seeds)

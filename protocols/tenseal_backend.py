@@ -210,37 +210,50 @@ def _encrypt_chunks(flat: np.ndarray, slots: int, encode, encryptor, symmetric: 
     return blobs
 
 
-_WORKER: dict = {}  # in an encryption worker process: its context, encoder, encryptor
+class Encryptor:
+    """What an encrypting client holds: the parameters, the encryption key (the public key; under the
+    symmetric presets the secret key, which every client holds there) and SEAL's own fresh randomness.
+    ``encrypt(flat)``: one client's encoded vector -> its serialized ciphertexts, one per chunk of
+    ``slots`` values."""
+
+    def __init__(self, scheme: str, parameter_bytes: bytes, key_bytes: bytes, symmetric: bool, scale: float,
+                 slots: int):
+        sa = _sealapi()
+        self.serializer = _Serializer()
+        self.context = _context(self.serializer.load_parameters(parameter_bytes))
+        key = sa.SecretKey() if symmetric else sa.PublicKey()
+        key.load(self.context, self.serializer._write(key_bytes))
+        if scheme == "ckks":
+            encoder = sa.CKKSEncoder(self.context)
+
+            def encode(values, plain):
+                encoder.encode(values, scale, plain)
+        else:
+            encoder = sa.BatchEncoder(self.context)
+            encode = encoder.encode
+        self.encode, self.encryptor = encode, sa.Encryptor(self.context, key)
+        self.symmetric, self.slots = symmetric, slots
+
+    def encrypt(self, flat: np.ndarray) -> list[bytes]:
+        return _encrypt_chunks(flat, self.slots, self.encode, self.encryptor, self.symmetric, self.serializer)
+
+
+_WORKER: dict = {}  # in an encryption worker process: its Encryptor
 
 
 def _worker_init(scheme: str, parameter_bytes: bytes, key_bytes: bytes, symmetric: bool, scale: float,
                  slots: int) -> None:
-    """An encryption worker (``workers`` > 1) acts for some of the clients: it holds what they hold,
-    the parameters and the encryption key (the public key; under the symmetric presets the secret
-    key, which every client holds there), and SEAL's own fresh randomness."""
-    sa = _sealapi()
-    serializer = _Serializer()
-    context = _context(serializer.load_parameters(parameter_bytes))
-    key = sa.SecretKey() if symmetric else sa.PublicKey()
-    key.load(context, serializer._write(key_bytes))
-    if scheme == "ckks":
-        encoder = sa.CKKSEncoder(context)
-
-        def encode(values, plain):
-            encoder.encode(values, scale, plain)
-    else:
-        encoder = sa.BatchEncoder(context)
-        encode = encoder.encode
-    _WORKER.update(context=context, encryptor=sa.Encryptor(context, key), encode=encode, symmetric=symmetric,
-                   slots=slots, serializer=serializer)
+    """An encryption worker (``workers`` > 1) acts for some of the clients: it holds what they hold
+    (an ``Encryptor``)."""
+    _WORKER["encryptor"] = Encryptor(scheme, parameter_bytes, key_bytes, symmetric, scale, slots)
 
 
 def _worker_encrypt(flat: np.ndarray) -> tuple[str, list[int]]:
     """Encrypt one client's vector; the ciphertexts come back through a file (in /dev/shm when
     available: one copy, not a pickle through the pipe), as (path, their lengths)."""
-    w = _WORKER
-    blobs = _encrypt_chunks(flat, w["slots"], w["encode"], w["encryptor"], w["symmetric"], w["serializer"])
-    fd, path = tempfile.mkstemp(prefix="privfgl-he-upload-", dir=w["serializer"]._dir)
+    encryptor = _WORKER["encryptor"]
+    blobs = encryptor.encrypt(flat)
+    fd, path = tempfile.mkstemp(prefix="privfgl-he-upload-", dir=encryptor.serializer._dir)
     with os.fdopen(fd, "wb") as f:
         for blob in blobs:
             f.write(blob)

@@ -179,6 +179,8 @@ class Federation:
         When `self.dp` applies to `name`, each client's upload is clipped (and noised, unless the
         DP mode is central) before the protocol and the release is accounted; `sample_rate` is
         the probability that a client's update was included (others send zeros), for accounting."""
+        if getattr(contributions, "remote", False):  # the inputs are on the clients' Ray actors
+            return self._aggregate_remote(round, name, contributions, protocol, reveal_to)
         if len(contributions) != self.num_clients:
             raise ValueError(f"aggregate {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
         dp = self.dp if self.dp is not None and self.dp.applies_to(name) else None
@@ -215,6 +217,29 @@ class Federation:
         if dp is not None:
             with self.timer.phase("dp_reveal"):
                 total = dp.reveal(total, sample_rate)
+        return total
+
+    def _aggregate_remote(self, round: int, name: str, uploads, protocol, reveal_to: str) -> Tensors:
+        """`aggregate` of inputs that stay on the client actors until the protocol sends them
+        (privfgl.federation.ray): the clients the mask leaves out, and those whose actor died, send nothing."""
+        from privfgl.federation.ray.sums import remote_sum  # noqa: PLC0415
+        if self.dp is not None and self.dp.applies_to(name):
+            raise ValueError(f"aggregate {name!r}: message DP with the clients on Ray actors is not built")
+        protocol = protocol or self.protocol
+        protocol.keep_payloads = self.transcript.keep != "none"
+        left_out = self.absent_in(round, name) | uploads.dead
+        present = [k for k in range(self.num_clients) if k not in left_out]
+        if not present:
+            raise ValueError(f"aggregate {name!r} in round {round}: no client is left to send an input")
+        result, plaintexts = remote_sum(protocol, uploads, present, reveal_to)
+        if len(present) < self.num_clients:
+            _rename_clients(result, present, self.num_clients)
+        self.participation[(round, name)] = result.survivors
+        self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
+        for phase, seconds in result.phases.items():
+            self.timer.add(phase, seconds)
+        total = unflatten(result.total, uploads.layout)
+        self._record_aggregation(round, name, plaintexts, result, total)
         return total
 
     def compute(self, round: int, name: str, contributions: list[Tensors], function, reveal_to: dict,

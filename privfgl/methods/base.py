@@ -8,7 +8,7 @@ from tqdm.auto import tqdm
 
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation
-from privfgl.training import ModelConfig
+from privfgl.training import LocalTrainers, ModelConfig, Params, make_trainers
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,19 @@ class Setup:
     device: str = "cpu"
     extras: dict = field(default_factory=dict)
 
+    remote: object = None  # the clients' Ray actors (privfgl.federation.ray.ActorClients), or None: in process
+
     @property
     def num_features(self) -> int:
+        if self.remote is not None:
+            return self.remote.num_features
         return int(self.clients[0].num_features)
+
+    def trainers(self, init: list[Params], seeds: list[int] | None = None) -> LocalTrainers:
+        """The clients' local models: in this process (training.make_trainers), or on the clients' actors."""
+        if self.remote is not None:
+            return self.remote.trainers(self.model, self.method, init[0], seeds)
+        return make_trainers(self.clients, self.model, init, self.method.engine, self.device, seeds)
 
     def rounds(self, desc: str):
         """range(rounds) with a progress bar on stderr (off when progress=False)."""

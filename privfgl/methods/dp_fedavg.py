@@ -98,13 +98,13 @@ def run_dp_fedavg(setup: Setup) -> None:
     if fed.dp is None or not fed.dp.applies_to("model_update"):
         raise ConfigError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")
     p = dp_fedavg_params(m.params)
-    q, K = p["q"], len(setup.clients)
+    q, K = p["q"], fed.num_clients
     sampler = NoiseSource.from_setting(p["sampling_seed"])  # the clients' own coins
     accounted_q, amplification = accounted_sample_rate(q, fed.protocol.name)
     setup.extras["dp"] = DPFedAvgReport(fed.dp, sampler, q, accounted_q, amplification)
     sampled: list[list[bool]] = setup.extras.setdefault("sampled_clients", [])  # auditor's truth, per round
 
-    def upload(k: int, params: Params, received: Params) -> Params:
+    def upload(k: int, params: Params, received: Params, client) -> Params:
         """Client k: its model delta if its coin (flipped once per round) says it takes part, else zeros."""
         if k == 0:
             sampled.append(draw_participation(sampler, K, q))

@@ -19,18 +19,21 @@ import torch
 
 from privfgl.methods.base import Setup
 from privfgl.privacy.message_dp import guard_denominators
-from privfgl.training import Params, init_params, make_trainers
+from torch_geometric.data import Data
+
+from privfgl.training import Params, dropout_seeds, init_params
+
+
+def weighted_upload(k: int, params: Params, received: Params, client: Data) -> Params:
+    """Client k: its parameters pre-weighted by its training nodes n_k, and n_k (sums only; the division
+    happens after the reveal). Reads only client k's own data: it runs where the client is."""
+    n_train = int(client.train_mask.sum())
+    out = {name: p.to(torch.float64).mul_(n_train) for name, p in params.items()}
+    out["n"] = torch.tensor(float(n_train), dtype=torch.float64)
+    return out
 
 
 def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
-    n_train = [int(c.train_mask.sum()) for c in setup.clients]
-
-    def upload(k: int, params: Params, received: Params) -> Params:
-        """Client k: pre-weighted upload (sums only; the division happens after the reveal)."""
-        out = {name: p.to(torch.float64).mul_(n_train[k]) for name, p in params.items()}
-        out["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
-        return out
-
     def update(sums: Params, received: Params) -> Params:
         """Server: the weighted mean from the revealed sums. Under --dp on the update the revealed n is
         Σ c_k·n_k + noise (c_k: client k's clip factor, often ≪ 1): floored at one noise std, never at 1
@@ -43,26 +46,28 @@ def run_fedavg(setup: Setup, prox_mu: float = 0.0) -> None:
             total = sums.pop("n").clamp(min=1.0)  # exact counts: >= 1 unless no client has a training node
         return {name: (s / total).to(received[name].dtype) for name, s in sums.items()}
 
-    run_rounds(setup, "fedprox" if prox_mu else "fedavg", upload, update, prox_mu=prox_mu)
+    run_rounds(setup, "fedprox" if prox_mu else "fedavg", weighted_upload, update, prox_mu=prox_mu)
 
 
 def run_fedprox(setup: Setup) -> None:
     run_fedavg(setup, prox_mu=setup.method.mu)
 
 
-def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params], Params],
+def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params, Data], Params],
                update: Callable[[Params, Params], Params], prox_mu: float = 0.0,
                sample_rate: float = 1.0) -> None:
-    """The FedAvg skeleton: broadcast, local training, `upload(k, local_params, received)` from
-    every client through `aggregate("model_update")`, `update(sums, received)` on the server,
+    """The FedAvg skeleton: broadcast, local training, `upload(k, local_params, received, client_k)`
+    from every client through `aggregate("model_update")`, `update(sums, received)` on the server,
     evaluation per `setup.method.evaluation`, then optional local fine-tuning. `sample_rate`: the
-    probability that a client takes part in a round (for DP accounting)."""
+    probability that a client takes part in a round (for DP accounting). Each client's dropout masks
+    come from its own stream (training.dropout_seeds). The clients' side runs in this process, or on
+    Ray actors when the setup's clients are remote (privfgl.federation.ray): `upload` then runs there."""
     m, fed = setup.method, setup.federation
-    timer, K = fed.timer, len(setup.clients)
+    timer, K = fed.timer, fed.num_clients
     global_params = init_params(setup.model, setup.num_features, setup.num_classes, seed=m.seed)
     with timer.phase("broadcast"):
         received = fed.broadcast(0, "global_model", global_params)
-    trainers = make_trainers(setup.clients, setup.model, [received] * K, m.engine, setup.device)
+    trainers = setup.trainers([received] * K, dropout_seeds(m.seed, range(K)))
 
     for r in setup.rounds(label):
         anchors = [received] * K if prox_mu else None
@@ -70,9 +75,9 @@ def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params],
             trainers.train(m.local_epochs, prox_mu=prox_mu, anchors=anchors)
         if m.evaluation == "local_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)
+                trainers.evaluate(setup.tracker, r)
         with timer.phase("client_upload"):
-            uploads = [upload(k, trainers.get_params(k), received) for k in range(K)]
+            uploads = trainers.uploads(upload, received, setup.clients)
         sums = fed.aggregate(r, "model_update", uploads, sample_rate=sample_rate)
         new_global = update(sums, received)
         with timer.phase("broadcast"):
@@ -81,10 +86,10 @@ def run_rounds(setup: Setup, label: str, upload: Callable[[int, Params, Params],
             trainers.set_all_params(received)
         if m.evaluation == "global_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)
+                trainers.evaluate(setup.tracker, r)
 
     for e in range(m.finetune_epochs):
         with timer.phase("finetune"):
             trainers.train(1)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(m.rounds + e, trainers.predict(), stage="finetune", predict_on=trainers.predict_on)
+            trainers.evaluate(setup.tracker, m.rounds + e, stage="finetune")

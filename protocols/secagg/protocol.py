@@ -245,11 +245,21 @@ class SecAggProtocol(Protocol):
         return nbrs, holders, t
 
     def _aggregate(self, values: list[torch.Tensor], integer: bool, reveal_to: str) -> AggregationResult:
+        return self._sum(len(values), int(values[0].numel()), integer, reveal_to, values=values)
+
+    def aggregate_remote(self, parties, num_clients: int, n: int, integer: bool,
+                         reveal_to: str = "server") -> AggregationResult:
+        """The sum of inputs this process never holds: ``parties(members, grid)`` returns the clients' side
+        (``advertise``, ``share``, ``mask``, ``unmask`` as ``ClientGroup``'s, client -> (message, seconds)),
+        run where the clients are (Ray actors: privfgl.federation.ray). A client that does not answer a
+        round has dropped there. Returns the flat total (n values; int64 if ``integer``)."""
+        return self._sum(num_clients, n, integer, reveal_to, remote=parties)
+
+    def _sum(self, K: int, n: int, integer: bool, reveal_to: str, values=None, remote=None) -> AggregationResult:
         if reveal_to != "server":
             raise ProtocolError("reveal_to: secagg opens the sum to the server (it removes the masks); "
                                 "valid: 'server'")
         prep = self._take_prep()  # before anything uses the pool (its thread has it until then)
-        K, n = len(values), int(values[0].numel())
         grid = make_grid(self.bits, self.clip_range, self.frac_bits, K, integer)
         nbrs, holders, t = self.setup(K)
         drops = self._drops(K)
@@ -257,12 +267,16 @@ class SecAggProtocol(Protocol):
         _check_fault_clients(faults, holders)
         late = set(faults.get("late", ()))
         members = [(u, nbrs[u], holders[u], t) for u in range(K)]
-        pool = self._ready_pool()
+        pool = self._ready_pool() if remote is None else None
         shape = (K, n, np.dtype(grid.dtype).str, tuple(members))
         prepared = (prep is not None and pool is not None and prep.pool is pool and prep.key == shape
                     and not any(r <= 2 for r in drops.values()) and not faults.get("bad_share")
                     and "tamper_share" not in faults and "replay_share" not in faults)
-        if pool is None:
+        if remote is not None:  # the clients' side where the clients are; their secrets never come here
+            group = None
+            parties = remote(members, grid)
+            total_out = self._scratch(1, n, grid.dtype)[0]
+        elif pool is None:
             group = ClientGroup(members, self._keyring)
             parties = _LocalClients(group, grid, values, self._scratch(K + 1, n, grid.dtype))
             total_out = parties.outputs[K]
@@ -376,7 +390,7 @@ class SecAggProtocol(Protocol):
                      "faulty_shares": server.faulty,
                      "late": sorted(late), "threshold": t, "graph": self.graph,
                      "degree": len(nbrs[0]) if K > 1 else 0, "bits": grid.bits, "frac_bits": grid.frac_bits,
-                     "clip_range": grid.limit, "workers": 1 if pool is None else pool.size, "keys": self.keys,
+                     "clip_range": grid.limit, "workers": (1 if remote is None else "remote") if pool is None else pool.size, "keys": self.keys,
                      "offline": ("prepared" if prepared else "fallback") if self.offline else None,
                      "offline_s": prep.client_s if prepared else 0.0,
                      "round_s": {round_names[r]: dict(seconds[r]) for r in ROUNDS},

@@ -1,0 +1,174 @@
+"""The driver's handle on the client actors (``ActorClients``), and the two things a method gets from it:
+``RemoteTrainers`` (the clients' local models, on the actors) and ``RemoteUploads`` (a sum's inputs, which
+stay on the actors until the protocol sends them).
+
+Every call to an actor waits at most ``timeout_s``. An actor that dies (its process killed, its node lost)
+takes its clients with it: from then on they are absent from every sum (the runtime's participation mask,
+as ``--absent``), and a sum in progress under secagg recovers the survivors' sum. Under plain, ckks and bfv a
+client that dies before it sent its input is left out of that sum too; the ckks/bfv key holder's death (client
+0) ends the run with one line. A call that times out ends the run with one line.
+
+``wire``: bytes per (sender, receiver) the driver actually received from the actors in the protocol's
+messages to the server, counted on the serialized bytes, for the check against what the channel booked
+(privfgl.federation.ray.run.wire_check).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from privfgl.federation.ray.actor import ClientHost
+from privfgl.federation.ray.wire import encode_tensors
+from privfgl.training import LocalTrainers, ModelConfig, Params
+from protocols.base import PartyFailure
+
+TIMEOUT_S = float(os.environ.get("PRIVFGL_RAY_TIMEOUT_S", 300))  # one call to the actors
+
+
+class ActorClients:
+    """K clients on ceil(K / per_actor) actors (actor a hosts clients a*per_actor .. (a+1)*per_actor - 1),
+    spread over the cluster's nodes."""
+
+    def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S):
+        import ray  # noqa: PLC0415
+        self.ray = ray
+        self.num_clients = cfg.clients
+        self.timeout_s = timeout_s
+        groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
+        host = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD")(ClientHost)
+        self.actors = [host.remote(cfg, members, threads) for members in groups]
+        self.members = groups
+        self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
+        self.dead: set[int] = set()  # clients whose actor died
+        self.wire: Counter[tuple[str, str]] = Counter()
+        described = self.gather("describe", range(len(self.actors)))
+        if len(described) < len(self.actors):
+            raise PartyFailure(f"--engine ray: client actors {self._missing(described)} died while loading their data")
+        first = described[0]
+        self.num_features = first["num_features"]
+        self.num_classes = first["num_classes"]
+        self.public = first
+        self.node_counts = [described[self.actor_of[k]]["node_counts"][k] for k in range(cfg.clients)]
+        self.last_tallies: dict[int, dict] = {}
+
+    # --- calls -------------------------------------------------------------------------------------------
+    def gather(self, method: str, actors, *args, per_actor=None) -> dict[int, object]:
+        """Call `method` on each actor in `actors` (per_actor(a) -> its arguments, else `args`); actor ->
+        its result, for the actors that answered. An actor that died is marked dead (its clients absent from
+        now on); a call that does not return within timeout_s raises PartyFailure."""
+        ray = self.ray
+        refs = {a: getattr(self.actors[a], method).remote(*(per_actor(a) if per_actor else args)) for a in actors}
+        ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
+        if pending:
+            slow = [a for a, r in refs.items() if r in pending]
+            raise PartyFailure(f"--engine ray: client actor(s) {slow} (clients {self._clients_of(slow)}) sent no "
+                               f"answer to {method} within {self.timeout_s:g} s")
+        out = {}
+        for a, ref in refs.items():
+            try:
+                out[a] = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self.dead.update(self.members[a])
+        return out
+
+    def alive_actors(self) -> list[int]:
+        return [a for a, members in enumerate(self.members) if not set(members) <= self.dead]
+
+    def actors_for(self, clients) -> dict[int, list[int]]:
+        """actor -> the given clients it hosts (living actors only)."""
+        out: dict[int, list[int]] = {}
+        for k in clients:
+            if k not in self.dead:
+                out.setdefault(self.actor_of[k], []).append(k)
+        return out
+
+    def _clients_of(self, actors) -> list[int]:
+        return [k for a in actors for k in self.members[a]]
+
+    def _missing(self, answered) -> list[int]:
+        return [a for a in range(len(self.actors)) if a not in answered]
+
+    def broadcast(self, method: str, params: Params) -> None:
+        """The server's model to every living actor, as bytes; booked per client it hosts."""
+        header, data = encode_tensors(params)
+        self.gather(method, self.alive_actors(), header, data)
+
+    # --- what a method gets ------------------------------------------------------------------------------
+    def trainers(self, model: ModelConfig, method, init: Params, seeds: list[int] | None) -> "RemoteTrainers":
+        return RemoteTrainers(self, model, method, init, seeds)
+
+    def close(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+class RemoteTrainers(LocalTrainers):
+    """The clients' models on their actors. Their parameters never come to the driver: get_params and
+    predict refuse; evaluation returns the clients' counts; uploads stay on the actors until summed."""
+
+    def __init__(self, clients: ActorClients, model: ModelConfig, method, init: Params, seeds: list[int] | None):
+        self.clients, self.num_clients = clients, clients.num_clients
+        header, data = encode_tensors(init)
+        seeds = None if seeds is None else dict(enumerate(seeds))
+        engine = "auto" if method.engine == "ray" else method.engine
+        clients.gather("start_training", clients.alive_actors(), model, engine, header, data, seeds)
+
+    def _refuse(self, what: str):
+        raise RuntimeError(f"--engine ray: {what} stays on the client's actor; it leaves only through the protocol")
+
+    def get_params(self, k: int) -> Params:
+        self._refuse("a client's model")
+
+    def set_params(self, k: int, params: Params) -> None:
+        self._refuse("a client's model")
+
+    def predict(self):
+        self._refuse("a client's predictions")
+
+    def predict_on(self, graphs):
+        self._refuse("a client's predictions")
+
+    def set_all_params(self, params: Params) -> None:
+        self.clients.broadcast("set_params", params)
+
+    def train(self, epochs: int, prox_mu: float = 0.0, anchors=None) -> None:
+        """Every living client trains; FedProx's anchor is the last global model each received."""
+        self.clients.gather("train", self.clients.alive_actors(), epochs, prox_mu)
+
+    def evaluate(self, tracker, round: int, stage: str = "train") -> dict:
+        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
+        clients = self.clients
+        got = clients.gather("tallies", clients.alive_actors(), tracker.select == "val_loss")
+        for per_client in got.values():
+            clients.last_tallies.update(per_client)
+        missing = [k for k in range(self.num_clients) if k not in clients.last_tallies]
+        if missing:
+            raise PartyFailure(f"--engine ray: clients {missing} died before their first evaluation")
+        return tracker.evaluate_tallies(round, [clients.last_tallies[k] for k in range(self.num_clients)], stage)
+
+    def uploads(self, upload, received: Params, data) -> "RemoteUploads":
+        return RemoteUploads(self.clients, upload)
+
+
+class RemoteUploads:
+    """One sum's inputs: each living client's message `upload(k, params, received, data)`, computed and
+    kept on its actor. `layout` and `integer` are the messages' public shapes."""
+
+    remote = True
+
+    def __init__(self, clients: ActorClients, upload):
+        self.clients = clients
+        answers = clients.gather("make_upload", clients.alive_actors(), upload)
+        if not answers:
+            raise PartyFailure("--engine ray: every client actor is gone")
+        (self.layout, self.integer), *rest = answers.values()
+        if any(lay != self.layout for lay, _ in rest):
+            raise ValueError("upload: the clients sent messages of different fields")
+        self.n = sum(shape.numel() for _, shape in self.layout)
+
+    @property
+    def dead(self) -> set[int]:
+        return self.clients.dead
