@@ -1,0 +1,66 @@
+"""`--engine ray` against in-process: FedAvg, Cora, Louvain, 10 clients, R rounds, under plain and secagg,
+with the clients on 1, 2 and 10 actors of a local Ray (one per run, started before its clock). Prints a
+Markdown table: wall seconds of the run (actors' start and data loading included), its ratio to in-process,
+seconds per round from the records' phases, MB up, and whether the metrics equal in-process's
+(docs/cluster.md).
+
+    PRIVFGL_DATA=... python experiments/bench_ray_engine.py [--rounds 100] [--actors 1,2,10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from privfgl.experiment import config_for, run  # noqa: E402
+
+BASE = dict(method="fedavg", dataset="cora", partition="louvain", clients=10, progress=False, threads=1,
+            download=False, transcript="none")
+
+
+def timed(settings: dict) -> tuple[float, dict]:
+    start = time.perf_counter()
+    record, _ = run(config_for(settings))
+    return time.perf_counter() - start, record
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--actors", default="1,2,10", help="actor counts (each a divisor of 10)")
+    ap.add_argument("--protocols", default="plain,secagg")
+    args = ap.parse_args()
+    from privfgl.sweep.ray_tasks import LOCAL, connect
+    connect(LOCAL)
+    import ray
+    rows, differ = [], []
+    for protocol in args.protocols.split(","):
+        settings = {**BASE, "rounds": args.rounds, "protocol": protocol}
+        wall, reference = timed(settings)
+        rows.append((protocol, "in-process", wall, 1.0, reference))
+        for actors in [int(a) for a in args.actors.split(",")]:
+            wall_ray, record = timed({**settings, "engine": "ray", "clients_per_actor": 10 // actors})
+            rows.append((protocol, f"ray, {actors} actor{'s' * (actors > 1)}", wall_ray, wall_ray / wall, record))
+            if record["metrics"] != reference["metrics"]:
+                differ.append((protocol, actors))
+    ray.shutdown()
+    print(f"FedAvg, Cora, Louvain, 10 clients, {args.rounds} rounds, 1 torch thread per process, on "
+          f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end)\n")
+    print("| protocol | clients | wall s | × in-process | s per round (local_train + sum) | MB up | metrics = in-process |")
+    print("|---|---|---|---|---|---|---|")
+    for protocol, how, wall, ratio, record in rows:
+        phases = record["time"]["phases"]
+        per_round = sum(v for k, v in phases.items() if k != "evaluate") / args.rounds
+        same = "(reference)" if how == "in-process" else ("no" if (protocol, int(how.split()[1])) in differ else "yes")
+        print(f"| {protocol} | {how} | {wall:.1f} | {ratio:.2f} | {per_round:.3f} | "
+              f"{record['cost']['bytes_up'] / 1e6:.1f} | {same} |")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
