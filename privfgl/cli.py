@@ -110,10 +110,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     t("--engine", help="auto (default), stacked (all clients at once), looped (one model per client), or ray: "
                        "each client a Ray actor holding its data, model and protocol keys (fedavg, fedprox; "
                        "docs/cluster.md)")
-    t("--ray-address", metavar="HOST:PORT", help="--engine ray: a running Ray cluster's head (default: a local Ray)")
-    t("--clients-per-actor", type=int, metavar="N", help="--engine ray: clients each actor hosts (default 1)")
+
     t("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
                            "or global_model (the aggregated model on each client's data)")
+    a("--ray-address", metavar="HOST:PORT", help="--engine ray: a running Ray cluster's head (default: a local Ray)")
+    a("--clients-per-actor", type=int, metavar="N", help="--engine ray: clients each actor hosts (default 1)")
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--split-mode", help="stratified (default: per client and class) or random (per client, at least one "
                            "training node; FedOMD's 1%%/20%%/20%% split)")

@@ -180,7 +180,7 @@ class Federation:
         DP mode is central) before the protocol and the release is accounted; `sample_rate` is
         the probability that a client's update was included (others send zeros), for accounting."""
         if getattr(contributions, "remote", False):  # the inputs are on the clients' Ray actors
-            return self._aggregate_remote(round, name, contributions, protocol, reveal_to)
+            return self._aggregate_remote(round, name, contributions, protocol, sample_rate, reveal_to)
         if len(contributions) != self.num_clients:
             raise ValueError(f"aggregate {name!r}: expected {self.num_clients} contributions, got {len(contributions)}")
         dp = self.dp if self.dp is not None and self.dp.applies_to(name) else None
@@ -219,12 +219,15 @@ class Federation:
                 total = dp.reveal(total, sample_rate)
         return total
 
-    def _aggregate_remote(self, round: int, name: str, uploads, protocol, reveal_to: str) -> Tensors:
+    def _aggregate_remote(self, round: int, name: str, uploads, protocol, sample_rate: float,
+                          reveal_to: str) -> Tensors:
         """`aggregate` of inputs that stay on the client actors until the protocol sends them
-        (privfgl.federation.ray): the clients the mask leaves out, and those whose actor died, send nothing."""
+        (privfgl.federation.ray): the clients the mask leaves out, and those whose actor died, send nothing.
+        Under message DP each actor clips (and, but in central mode, noises) its clients' messages; the
+        release is accounted (and, in central mode, noised) here."""
         from privfgl.federation.ray.sums import remote_sum  # noqa: PLC0415
-        if self.dp is not None and self.dp.applies_to(name):
-            raise ValueError(f"aggregate {name!r}: message DP with the clients on Ray actors is not built")
+        dp = self.dp if self.dp is not None and self.dp.applies_to(name) else None
+        uploads.prepare(name)
         protocol = protocol or self.protocol
         protocol.keep_payloads = self.transcript.keep != "none"
         left_out = self.absent_in(round, name) | uploads.dead
@@ -235,11 +238,16 @@ class Federation:
         if len(present) < self.num_clients:
             _rename_clients(result, present, self.num_clients)
         self.participation[(round, name)] = result.survivors
+        if dp is not None:
+            dp.note_participation(round, name, len(result.survivors))
         self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
         total = unflatten(result.total, uploads.layout)
         self._record_aggregation(round, name, plaintexts, result, total)
+        if dp is not None:
+            with self.timer.phase("dp_reveal"):
+                total = dp.reveal(total, sample_rate)
         return total
 
     def compute(self, round: int, name: str, contributions: list[Tensors], function, reveal_to: dict,

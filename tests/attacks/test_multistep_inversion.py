@@ -49,10 +49,11 @@ def test_multistep_beats_the_marginals_where_one_step_variants_have_no_input(def
     f = by_target(setup, cfg, "gradient-inversion:variant=multistep,clients=0")["client0"]
     assert f.metrics["nodes"] <= 30 and f.metrics["graph"] == "known" and f.metrics["variant"] == "multistep"
     # the words no node near a training node holds come out as exact zeros: over the whole matrix
-    # the reconstruction beats the marginals (0.82 vs 0.71), and the fitted labels beat the prior's
-    # majority label (0.82 vs 0.45); per feature it stays near the marginals' 0.5 (docs/attacks.md)
+    # the reconstruction beats the marginals, and the fitted labels beat the prior's majority label
+    # (0.82 vs 0.45 with the clients' shared dropout stream; 0.64 vs 0.45 since each client draws its
+    # own, training.dropout_seeds); per feature it stays near the marginals' 0.5 (docs/attacks.md)
     assert f.metrics["auc"] > f.baseline["auc"] + 0.05
-    assert f.metrics["label_acc"] > f.baseline["label_acc"] + 0.2
+    assert f.metrics["label_acc"] > f.baseline["label_acc"] + 0.15
 
 
 def test_with_the_labels_known_the_replay_attributes_words_to_nodes(default_fedavg):

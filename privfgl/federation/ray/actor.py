@@ -27,7 +27,9 @@ _ANSWER = struct.Struct("<BIH")  # secagg round 4: kind (0: b, 1: s) || owner ||
 class ClientHost:
     """Clients `members` (global indices) of the run `cfg` (a privfgl.experiment.RunConfig)."""
 
-    def __init__(self, cfg, members: list[int], threads: int = 1):
+    def __init__(self, cfg, members: list[int], threads: int = 1, dp=None):
+        """dp: (DPSpec, tolerated colluders) of the run's message DP, or None: this actor clips and noises
+        its clients' DP messages itself, from its own OS-entropy noise source."""
         from privfgl.experiment import build_clients, seed_everything  # noqa: PLC0415
         torch.set_num_threads(threads)
         seed_everything(cfg.seed)
@@ -51,6 +53,11 @@ class ClientHost:
         self.kill_at: dict[int, set[int]] = {}  # secagg round -> clients whose actor SIGKILLs itself there
         self.key_holder = None  # client 0's actor: the ckks/bfv protocol object, with the keys
         self.encryptors: dict = {}
+        self.dp = None
+        if dp is not None:
+            from privfgl.privacy import MessageDP  # noqa: PLC0415
+            spec, colluders = dp
+            self.dp = MessageDP(spec, cfg.clients, colluders)
 
     def describe(self) -> dict:
         """What is public about these clients: sizes, the feature count, the dataset's name and size."""
@@ -78,12 +85,17 @@ class ClientHost:
         logits = self.trainers.predict()
         return {k: self.views[k].tally(out, with_loss) for k, out in zip(self.members, logits)}
 
-    def make_upload(self, upload) -> tuple[list, bool]:
-        """Each client's message `upload(k, its params, received, its data)` flattened and kept here for the
-        sum that follows; returns its public layout (field names and shapes) and whether it is integer."""
+    def make_upload(self, upload, name: str) -> tuple[list, bool]:
+        """Each client's message `upload(k, its params, received, its data)`, clipped and noised here when the
+        run's message DP protects `name` (unless its mode is central), flattened and kept for the sum that
+        follows; returns its public layout (field names and shapes) and whether it is integer."""
+        messages = [upload(k, self.trainers.get_params(i), self.received, self.clients[k])
+                    for i, k in enumerate(self.members)]
+        if self.dp is not None and self.dp.applies_to(name):
+            messages = self.dp.protect(messages)
         self.pending, layouts = {}, []
-        for i, k in enumerate(self.members):
-            flat, layout = flatten(upload(k, self.trainers.get_params(i), self.received, self.clients[k]))
+        for k, message in zip(self.members, messages):
+            flat, layout = flatten(message)
             self.pending[k] = flat.numpy()
             layouts.append(layout)
         if any(lay != layouts[0] for lay in layouts):

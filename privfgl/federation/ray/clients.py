@@ -29,14 +29,14 @@ class ActorClients:
     """K clients on ceil(K / per_actor) actors (actor a hosts clients a*per_actor .. (a+1)*per_actor - 1),
     spread over the cluster's nodes."""
 
-    def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S):
+    def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S, dp=None):
         import ray  # noqa: PLC0415
         self.ray = ray
         self.num_clients = cfg.clients
         self.timeout_s = timeout_s
         groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
         host = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD")(ClientHost)
-        self.actors = [host.remote(cfg, members, threads) for members in groups]
+        self.actors = [host.remote(cfg, members, threads, dp) for members in groups]
         self.members = groups
         self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
         self.dead: set[int] = set()  # clients whose actor died
@@ -155,13 +155,17 @@ class RemoteTrainers(LocalTrainers):
 
 class RemoteUploads:
     """One sum's inputs: each living client's message `upload(k, params, received, data)`, computed and
-    kept on its actor. `layout` and `integer` are the messages' public shapes."""
+    kept on its actor (``prepare``). `layout` and `integer` are the messages' public shapes."""
 
     remote = True
 
     def __init__(self, clients: ActorClients, upload):
-        self.clients = clients
-        answers = clients.gather("make_upload", clients.alive_actors(), upload)
+        self.clients, self.upload = clients, upload
+
+    def prepare(self, name: str) -> None:
+        """The clients compute (and, if DP protects `name`, clip and noise) their messages of sum `name`."""
+        clients = self.clients
+        answers = clients.gather("make_upload", clients.alive_actors(), self.upload, name)
         if not answers:
             raise PartyFailure("--engine ray: every client actor is gone")
         (self.layout, self.integer), *rest = answers.values()

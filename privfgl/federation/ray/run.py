@@ -22,7 +22,8 @@ from protocols.secagg.protocol import round_clients
 
 RAY_METHODS = ("fedavg", "fedprox")  # methods whose client steps run on actors (methods/fedavg.py's run_rounds)
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
-    "dp": "message DP (--dp) with the clients on Ray actors is not built: the noise would be drawn on the actors",
+    "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
+               "same draws; valid: seed=os (the default)",
     "evaluate": "evaluation settings beyond seen (--evaluate) need the clients' graphs in the driver",
     "canaries": "the auditor's canary nodes (--canaries) are inserted by the driver",
     "absent_rate": "--absent-rate is not built with the clients on Ray actors (use --absent)",
@@ -47,7 +48,10 @@ def check_ray_run(cfg) -> None:
     if cfg.protocol == "ckks" and params.get("reveal", "grid") != "grid":
         raise ConfigError("--engine ray: ckks reveal=raw-unsafe is an in-process audit mode; valid: reveal=grid")
     if cfg.dp is not None:
-        raise ConfigError(f"--engine ray: {RAY_REFUSED['dp']}")
+        from privfgl.privacy import check_dp_for_run  # noqa: PLC0415
+        spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
+        if spec is not None and not spec.secure:
+            raise ConfigError(f"--engine ray: {RAY_REFUSED['dp_seed']}")
     if tuple(cfg.evaluate) != ("seen",):
         raise ConfigError(f"--engine ray: {RAY_REFUSED['evaluate']}")
     if cfg.canaries:
@@ -86,6 +90,8 @@ def run_ray(cfg) -> tuple[dict, object]:
     from privfgl.methods import METHODS, MethodConfig, Setup  # noqa: PLC0415
     from privfgl.results import make_record  # noqa: PLC0415
     from privfgl.sweep.ray_tasks import LOCAL, connect  # noqa: PLC0415
+    from privfgl.privacy import MessageDP, check_dp_for_run  # noqa: PLC0415
+    from privfgl.privacy.trust import tolerated_colluders  # noqa: PLC0415
     from privfgl.training import ModelConfig  # noqa: PLC0415
 
     start = time.perf_counter()
@@ -102,8 +108,13 @@ def run_ray(cfg) -> tuple[dict, object]:
         protocol_params = effective_protocol_params(cfg)
         protocol = driver_protocol(cfg, protocol_params)
         seed_everything(cfg.seed)
-        clients = ActorClients(cfg, cfg.clients_per_actor, threads)
-        federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript),
+        spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
+        message_dp, dp = None, None
+        if spec is not None:  # the accountant and the central noise here; clipping and client noise on the actors
+            colluders = tolerated_colluders(protocol, cfg.clients)  # ckks/bfv: the stand-in has no preset: K - 1
+            message_dp, dp = MessageDP(spec, cfg.clients, colluders), (spec, colluders)
+        clients = ActorClients(cfg, cfg.clients_per_actor, threads, dp=dp)
+        federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp,
                                 absent=run_participation(cfg.absent, 0.0, cfg.clients, cfg.seed))
         model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
         method = MethodConfig(cfg.rounds, cfg.local_epochs, cfg.finetune_epochs, cfg.mu, "auto", cfg.evaluation,
