@@ -815,6 +815,18 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("FP7", "a glob matching one file read as a file of lines (one client per line)", "privfgl/data/partition_file.py",
      "    if not _GLOB_CHARS.search(path):\n", "    if len(files) == 1:\n",
      ["tests/data/test_file_partition.py", "-k", "round_trips"]),
+    ('GP1', "GAP's hop noise at half its std", 'privfgl/methods/gap/aggregation.py',
+     'total = total + mechanism.noise(total.shape, source)',
+     'total = total + 0.5 * mechanism.noise(total.shape, source)',
+     ['tests/gap/test_gap_mechanism.py', 'tests/gap/test_gap_audit.py']),
+    ('GP2', "GAP's undirected edge given sensitivity 1, not sqrt(2)", 'privfgl/methods/gap/params.py',
+     'return math.sqrt(2.0) if self.edge == "undirected" else 1.0',
+     'return 1.0',
+     ['tests/gap/test_gap_mechanism.py', 'tests/gap/test_gap_audit.py']),
+    ('GP3', "GAP's sigma calibrated for one hop, not the K composed hops", 'privfgl/methods/gap/accounting.py',
+     'return noise_multiplier_for(epsilon, delta, 1.0, hops, accountant)',
+     'return noise_multiplier_for(epsilon, delta, 1.0, 1, accountant)',
+     ['tests/gap/test_gap_mechanism.py', 'tests/gap/test_gap_audit.py']),
 ]
 
 
