@@ -823,10 +823,18 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'return math.sqrt(2.0) if self.edge == "undirected" else 1.0',
      'return 1.0',
      ['tests/gap/test_gap_mechanism.py', 'tests/gap/test_gap_audit.py']),
-    ('GP3', "GAP's sigma calibrated for one hop, not the K composed hops", 'privfgl/methods/gap/accounting.py',
-     'return noise_multiplier_for(epsilon, delta, 1.0, hops, accountant)',
-     'return noise_multiplier_for(epsilon, delta, 1.0, 1, accountant)',
-     ['tests/gap/test_gap_mechanism.py', 'tests/gap/test_gap_audit.py']),
+    ('GP3', "GAP's edge-level accountant told one hop, not the K composed hops", 'privfgl/methods/gap/accounting.py',
+     'return {"hops": p.hops}',
+     'return {"hops": min(p.hops, 1)}',
+     ['tests/gap/test_gap_runs.py', 'tests/gap/test_gap_audit.py']),
+    ('GP4', "node-level GAP's accountant leaves out the classifier's DP-SGD steps", 'privfgl/methods/gap/accounting.py',
+     '"classifier_steps": rounds * local_epochs}',
+     '"classifier_steps": 0}',
+     ['tests/gap/test_gap_node.py']),
+    ('GP5', "node-level GAP's hop sensitivity 1, not sqrt(D)", 'privfgl/methods/gap/params.py',
+     'return math.sqrt(self.degree)',
+     'return 1.0',
+     ['tests/gap/test_gap_node.py']),
 ]
 
 

@@ -78,7 +78,7 @@ def test_it_runs_from_the_cli_under_plain_and_secagg(planetoid_root, tmp_path, c
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--method-param", "unit=node"], "gap: invalid method param unit='node'; valid: edge"),
+    (["--method-param", "unit=vertex"], "gap: invalid method param unit='vertex'; valid: edge, node"),
     (["--method-param", "epsilon=-1"], "gap: invalid method param epsilon=-1.0; valid: a number > 0"),
     (["--method-param", "edge=both"], "valid: undirected, directed"),
     (["--method-param", "hops=x"], "gap: invalid method param hops='x'; valid: an integer"),

@@ -7,6 +7,8 @@ clients train a classifier on the cached noisy aggregations by FedAvg through `-
 2. Aggregation perturbation, once per client (aggregation.py): X_0 = the final encoder's unit-norm
    embeddings, K noisy hops on the client's own edges; cached.
 3. Classifier (`rounds` FedAvg rounds, "model_update"): model.Classifier on the cached [X_0..X_K].
+Node-level DP (`unit=node`, node.py): the hops run on the degree-bounded graph and steps 1 and 3 are
+DP-SGD, every step and hop composed by one accountant (accounting.py).
 Edge-level DP (unit: one edge of a client's graph; `edge=undirected|directed`): everything a client
 sends after step 2 is post-processing of its noisy hops and of its features and labels, which
 edge-level DP does not protect (nor the encoder's uploads, which depend on no edge). σ comes from the
@@ -24,10 +26,12 @@ import torch.nn.functional as F
 
 from privfgl.errors import ConfigError
 from privfgl.methods.base import Setup
-from privfgl.methods.gap.accounting import calibrate_sigma, spent_epsilon
+from privfgl.methods.gap.accounting import calibrate_sigma, release_counts, spent_epsilon
 from privfgl.methods.gap.aggregation import clean_edges, perturbed_hops
 from privfgl.methods.gap.model import Classifier, Encoder
+from privfgl.methods.gap.node import ASSUMPTION, private_step
 from privfgl.methods.gap.params import GapParams, resolve_params
+from privfgl.privacy.dpsgd import bound_degree
 from privfgl.privacy.mechanisms import GaussianMechanism
 from privfgl.privacy.noise import NoiseSource
 
@@ -38,27 +42,38 @@ NOT_PROTECTED = ("edge-level DP protects the edges only: the encoder and the cla
 class GapReport:
     """The run record's privacy fields for GAP."""
 
-    def __init__(self, p: GapParams, sigma: float | None, source: NoiseSource, max_edges: int):
-        self.p, self.sigma, self.source, self.max_edges = p, sigma, source, max_edges
+    def __init__(self, p: GapParams, sigma: float | None, source: NoiseSource, releases: dict[str, int],
+                 delta_rule: str):
+        self.p, self.sigma, self.source, self.releases, self.delta_rule = p, sigma, source, releases, delta_rule
 
     def report(self) -> dict:
-        p = self.p
-        unit = ("one undirected edge {u, v} of a client's graph (both directions)" if p.edge == "undirected"
-                else "one directed edge u->v of a client's graph")
-        dp = {"method": "gap", "unit": unit, "edge": p.edge, "hops": p.hops, "releases": p.hops,
+        p, total = self.p, sum(self.releases.values())
+        if p.unit == "node":
+            unit = "one node (features, label, incident edges) of a client's graph, degree-bounded to D"
+            extra = {"degree_bound": p.degree, "clip": p.clip, "sgd_noise_std": self.sigma * p.clip,
+                     "assumption": ASSUMPTION}
+        else:
+            unit = ("one undirected edge {u, v} of a client's graph (both directions)" if p.edge == "undirected"
+                    else "one directed edge u->v of a client's graph")
+            extra = {"edge": p.edge, "not_protected": NOT_PROTECTED}
+        dp = {"method": "gap", "unit": unit, "hops": p.hops, "releases": total, "releases_by_stage": self.releases,
               "sensitivity": p.sensitivity, "sigma": self.sigma,
               "noise_std": None if self.sigma is None else self.sigma * p.sensitivity,
-              "target_epsilon": p.epsilon, "sample_rate": 1.0,
-              "delta_rule": f"delta = {p.delta:g} < 1/|E| = 1/{self.max_edges} (the largest client's directed edges)",
-              "not_protected": NOT_PROTECTED, **self.source.provenance()}
-        eps = 0.0 if self.sigma is None else spent_epsilon(self.sigma, p.hops, p.delta, p.accountant)
+              "target_epsilon": p.epsilon, "sample_rate": 1.0, "delta_rule": self.delta_rule, **extra,
+              **self.source.provenance()}
+        eps = 0.0 if self.sigma is None else spent_epsilon(self.sigma, total, p.delta, p.accountant)
         return {"dp": dp, "epsilon": eps, "delta": p.delta, "accountant": p.accountant}
 
 
 def _train_local(model: torch.nn.Module, opt: torch.optim.Optimizer, inputs, y: torch.Tensor,
-                 mask: torch.Tensor, epochs: int) -> None:
+                 mask: torch.Tensor, epochs: int, private: dict | None) -> None:
+    """`epochs` full-batch steps on the masked nodes; `private` ({clip, mechanism, source}): DP-SGD steps."""
     model.train()
     for _ in range(epochs):
+        if private is not None:
+            rows = [t[mask] for t in inputs] if isinstance(inputs, list) else inputs[mask]
+            private_step(model, opt, rows, y[mask], **private)
+            continue
         opt.zero_grad()
         F.cross_entropy(model(inputs)[mask], y[mask]).backward()
         opt.step()
@@ -70,11 +85,11 @@ def _optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
 
 
 def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], inputs: list, rounds: Iterable[int],
-                       evaluate: bool) -> None:
+                       evaluate: bool, private: dict | None = None) -> None:
     """FedAvg of `models` (one per client, same architecture) over the rounds `rounds`: local training, then
     n·W and n through Federation.aggregate ("model_update" for the classifier, "encoder_update" for the
     encoder), the weighted mean broadcast ("global_model" / "global_encoder"). `evaluate`: the tracker
-    gets every client's logits per round (per setup.method.evaluation)."""
+    gets every client's logits per round (per setup.method.evaluation). `private`: local steps are DP-SGD."""
     m, fed, cfg, timer = setup.method, setup.federation, setup.model, setup.federation.timer
     upload_name, global_name = ("model_update", "global_model") if stage == "classifier" else \
         ("encoder_update", "global_encoder")
@@ -94,7 +109,7 @@ def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], 
         with timer.phase("local_train"):
             for model, opt, x, c in zip(models, opts, inputs, setup.clients):
                 if int(c.train_mask.sum()):
-                    _train_local(model, opt, x, c.y, c.train_mask, m.local_epochs)
+                    _train_local(model, opt, x, c.y, c.train_mask, m.local_epochs, private)
         if evaluate and m.evaluation == "local_model":
             with timer.phase("evaluate"):
                 setup.tracker.evaluate(r, predict())
@@ -116,24 +131,49 @@ def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], 
                 setup.tracker.evaluate(r, predict())
 
 
+def client_edges(setup: Setup, p: GapParams) -> list[torch.Tensor]:
+    """Each client's edges as the hops aggregate them: clean (edge level), or degree-bounded to D first
+    (node level; stable ids, seeded by the run's seed and the client)."""
+    out = []
+    for k, c in enumerate(setup.clients):
+        n, ei = int(c.num_nodes), c.edge_index
+        if p.unit == "node":
+            ei = bound_degree(ei, n, p.degree, seed=setup.method.seed * 1000 + k, node_ids=getattr(c, "global_id", None))
+        out.append(clean_edges(ei, n))
+    return out
+
+
+def delta_rule(setup: Setup, p: GapParams, edges: list[torch.Tensor]) -> str:
+    """The δ rule, checked: δ < 1/(the largest client's count of units). ConfigError otherwise."""
+    if p.unit == "node":
+        count, what = max(int(c.num_nodes) for c in setup.clients), "n (the largest client's nodes)"
+    else:
+        count, what = max(int(e.shape[1]) for e in edges), "|E| (the largest client's directed edges)"
+    if not p.delta < 1 / max(count, 1):
+        raise ConfigError(f"gap: delta={p.delta:g} must be < 1/{what.split(' ')[0]} = 1/{count}; "
+                          f"valid: delta < {1 / count:.3g}")
+    return f"delta = {p.delta:g} < 1/{what} = 1/{count}"
+
+
 def run_gap(setup: Setup) -> None:
     m, fed, cfg = setup.method, setup.federation, setup.model
     p = resolve_params(m.params)
-    edges = [clean_edges(c.edge_index, int(c.num_nodes)) for c in setup.clients]
-    max_edges = max(int(e.shape[1]) for e in edges)
-    if p.hops and not p.delta < 1 / max(max_edges, 1):
-        raise ConfigError(f"gap: delta={p.delta:g} must be < 1/|E| = 1/{max_edges} (the largest client's edges); "
-                          f"valid: delta < {1 / max_edges:.3g}")
-    sigma = calibrate_sigma(p.epsilon, p.delta, p.hops, p.accountant) if p.hops else None
+    edges = client_edges(setup, p)
+    releases = release_counts(p, m.rounds, m.local_epochs)
+    total = sum(releases.values())
+    sigma = calibrate_sigma(p.epsilon, p.delta, total, p.accountant) if total else None
     source = NoiseSource.from_setting(p.noise_seed)
-    setup.extras["dp"] = GapReport(p, sigma, source, max_edges)
-    mechanism = GaussianMechanism(sigma, p.sensitivity) if sigma is not None else None
+    setup.extras["dp"] = GapReport(p, sigma, source, releases, delta_rule(setup, p, edges) if total else "no release")
+    mechanism = GaussianMechanism(sigma, p.sensitivity) if sigma is not None and p.hops else None
+    private = None
+    if p.unit == "node" and sigma is not None:
+        private = {"clip": p.clip, "mechanism": GaussianMechanism(sigma, p.clip), "source": source}
     K, h = len(setup.clients), cfg.hidden
 
     torch.manual_seed(m.seed)
     encoders = [Encoder(setup.num_features, h, setup.num_classes, p.encoder_layers, cfg.dropout) for _ in range(K)]
     xs = [c.x.float() for c in setup.clients]
-    federated_training(setup, "encoder", encoders, xs, range(p.encoder_rounds), evaluate=False)
+    federated_training(setup, "encoder", encoders, xs, range(p.encoder_rounds), evaluate=False, private=private)
 
     canaries = setup.extras.get("gap_canaries")
     cached = []
@@ -149,4 +189,4 @@ def run_gap(setup: Setup) -> None:
     classifiers = [Classifier(h, setup.num_classes, p.hops, cfg.dropout) for _ in range(K)]
     for c in classifiers[1:]:
         c.load_state_dict(classifiers[0].state_dict())
-    federated_training(setup, "classifier", classifiers, cached, setup.rounds("gap"), evaluate=True)
+    federated_training(setup, "classifier", classifiers, cached, setup.rounds("gap"), evaluate=True, private=private)
