@@ -834,7 +834,7 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ('GP5', "node-level GAP's hop sensitivity 1, not sqrt(D)", 'privfgl/methods/gap/params.py',
      'return math.sqrt(self.degree)',
      'return 1.0',
-     ['tests/gap/test_gap_node.py']),
+     ['tests/gap/test_gap_node.py', 'tests/gap/test_gap_audit.py']),
 ]
 
 

@@ -26,6 +26,7 @@ from attacks.dp.canary_edges import CanaryEdges
 from attacks.dp.estimators import per_step_bound
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
+from privfgl.privacy.accounting import gaussian_epsilon
 
 MESSAGE = "gap_release"
 
@@ -42,6 +43,7 @@ class EdgeAuditTruth:
     epsilon_accountant: float
     delta: float
     hops: int
+    epsilon_hops: float  # the accountant's ε for the K hop releases alone (= epsilon_accountant at edge level)
 
 
 class CanaryEdgeAudit(Attack):
@@ -74,7 +76,8 @@ class CanaryEdgeAudit(Attack):
             raise ValueError("dp-audit: gap with hops=0 releases nothing about the edges; valid: hops >= 1")
         if self.client >= len(setup.clients):
             raise ValueError(f"dp-audit: client={self.client}; valid: 0..{len(setup.clients) - 1}")
-        self.edges = CanaryEdges(self.canaries, self.seed, setup.model.hidden, p.edge == "undirected", self.client)
+        rows = p.degree if p.unit == "node" else 2 if p.edge == "undirected" else 1
+        self.edges = CanaryEdges(self.canaries, self.seed, setup.model.hidden, rows, self.client)
         setup.extras["gap_canaries"] = self.edges
         self.hops = p.hops
 
@@ -97,19 +100,22 @@ class CanaryEdgeAudit(Attack):
 
     def truth(self, setup, target: str) -> EdgeAuditTruth:
         report = setup.extras["dp"].report()
+        dp = report["dp"]
+        hops_only = gaussian_epsilon([(dp["sigma"], 1.0, dp["hops"])], report["delta"], report["accountant"])
         return EdgeAuditTruth(self.edges.coins.copy(), float(report["epsilon"]), float(report["delta"]),
-                              int(report["dp"]["hops"]))
+                              int(dp["hops"]), hops_only)
 
     def score(self, rec, truth: EdgeAuditTruth, aux: EdgeAuditAux) -> tuple[dict, dict]:
         scores, per_hop = rec
         c, delta, conf = truth.coins, truth.delta, self.confidence
-        bounds, score_metrics = score_bounds(scores, c, truth.epsilon_accountant, delta, conf, self.seed)
+        bounds, score_metrics = score_bounds(scores, c, truth.epsilon_hops, delta, conf, self.seed)
         stat_in, stat_out = per_hop[:, c].reshape(-1), per_hop[:, ~c].reshape(-1)
         per_step = per_step_bound(stat_in, stat_out, 0.5, truth.hops, delta, "gaussian", conf)
         bounds["per_round"] = per_step.epsilon_lower
         metrics = {"epsilon_lower_bound": bounds["per_round"], "epsilon_accountant": truth.epsilon_accountant,
                    "confidence": conf, "estimator": "per_round (per hop)", "canaries": len(c),
                    "canaries_in": int(c.sum()), "hops": truth.hops, "delta": delta,
-                   **verdict(bounds["per_round"], truth.epsilon_accountant), **score_metrics,
+                   "epsilon_accountant_hops": truth.epsilon_hops,
+                   **verdict(bounds["per_round"], truth.epsilon_hops), **score_metrics,
                    **per_round_metrics(per_step, stat_in, stat_out, truth.hops, delta, conf, self.seed)}
         return metrics, dict(BASELINE)
