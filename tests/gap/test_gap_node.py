@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from privfgl.experiment import RunConfig, run
+from privfgl.federation import SERVER
 from privfgl.methods.gap.accounting import calibrate_sigma, spent_epsilon
 from privfgl.methods.gap.aggregation import clean_edges, neighbour_sum, perturbed_hops
 from privfgl.methods.gap.model import Classifier, Encoder
@@ -85,8 +86,11 @@ def test_the_node_level_record_composes_every_step_and_hop_under_one_accountant(
     cfg = RunConfig(method="gap", dataset="cora", partition="louvain", clients=10, rounds=3, local_epochs=2,
                     data_root=str(planetoid_root), download=False, progress=False,
                     method_params={"unit": "node", "degree": D, "encoder_rounds": 2, "epsilon": 4.0, "seed": 2})
-    record, _ = run(cfg)
+    record, setup = run(cfg)
     dp = record["privacy"]["dp"]
+    # uniform FedAvg weights: a client's training-node count is data-dependent at node level, never uploaded
+    uploads = setup.federation.transcript.view(SERVER, name="model_update", round=2)  # payloads: last round
+    assert len(uploads) == 10 and {float(m.tensors["n"]) for m in uploads} == {1.0}
     assert dp["releases_by_stage"] == {"encoder_steps": 4, "hops": 2, "classifier_steps": 6} and dp["releases"] == 12
     sigma = calibrate_sigma(4.0, 1e-5, 12, "rdp")
     assert dp["sigma"] == sigma and dp["noise_std"] == sigma * math.sqrt(D) and dp["sgd_noise_std"] == sigma

@@ -4,7 +4,8 @@ incident edges). After the authors' `gap_ndp.py`, with privfgl's own degree boun
 1. Degree bound: B = privfgl.privacy.dpsgd.bound_degree(G, D) (local rule, stable ids: every node keeps at
    most D neighbours, symmetric). The hops aggregate over B.
 2. Encoder and classifier train by full-batch DP-SGD (`private_step`): per-node gradients (torch.func),
-   each clipped to C, their sum plus N(0, (σC)²), divided by the client's number of training nodes. A
+   each clipped to C, their sum plus N(0, (σC)²), divided by the client's number of training nodes (taken
+   as public, as dp-sgd does; the clients' uploads are averaged with uniform weights, not by that count). A
    node's per-node gradient depends on its own features and label (encoder), or on its own row of the
    cached hops and its own label (classifier): removing it removes one gradient, sensitivity C per step.
 3. Hops: removing node w from B removes X_{k-1}[w] from the sums of its ≤ D neighbours (each by norm ≤ 1):

@@ -87,13 +87,14 @@ def _optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
 def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], inputs: list, rounds: Iterable[int],
                        evaluate: bool, private: dict | None = None) -> None:
     """FedAvg of `models` (one per client, same architecture) over the rounds `rounds`: local training, then
-    n·W and n through Federation.aggregate ("model_update" for the classifier, "encoder_update" for the
+    n·W and n (n: the client's training nodes; 1 under node-level DP) through Federation.aggregate ("model_update" for the classifier, "encoder_update" for the
     encoder), the weighted mean broadcast ("global_model" / "global_encoder"). `evaluate`: the tracker
     gets every client's logits per round (per setup.method.evaluation). `private`: local steps are DP-SGD."""
     m, fed, cfg, timer = setup.method, setup.federation, setup.model, setup.federation.timer
     upload_name, global_name = ("model_update", "global_model") if stage == "classifier" else \
         ("encoder_update", "global_encoder")
-    n_train = [int(c.train_mask.sum()) for c in setup.clients]
+    # FedAvg weights: the training-node counts; uniform under node-level DP, where a count is data-dependent
+    n_train = [int(c.train_mask.sum()) if private is None else 1 for c in setup.clients]
     with timer.phase("broadcast"):
         received = fed.broadcast(0, global_name, {n: v.detach().clone() for n, v in models[0].state_dict().items()})
     opts = []
@@ -108,7 +109,7 @@ def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], 
     for r in rounds:
         with timer.phase("local_train"):
             for model, opt, x, c in zip(models, opts, inputs, setup.clients):
-                if int(c.train_mask.sum()):
+                if bool(c.train_mask.any()):
                     _train_local(model, opt, x, c.y, c.train_mask, m.local_epochs, private)
         if evaluate and m.evaluation == "local_model":
             with timer.phase("evaluate"):
