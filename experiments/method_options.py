@@ -27,7 +27,7 @@ from privfgl.methods.options import OTHER_VALUES, UNUSED
 
 BASE = {"fedgpl": {"clients": 3}, "opfgl": {"rounds": 1},
         "dp-fedavg": {"dp": "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"},
-        "dp-sgd": {"method_params": {"seed": 3}}}
+        "dp-sgd": {"method_params": {"seed": 3}}, "gap": {"method_params": {"seed": 3, "encoder_rounds": 2}}}
 
 
 def outcome(values: dict) -> str:

@@ -45,7 +45,7 @@ SETTINGS_METHODS = {"local", "fedavg", "fedprox", "dp-fedavg", "fedspray", "opfg
 # Methods whose tensors stay on the CPU: --device cuda is refused for them rather than ignored. dp-sgd's
 # per-node gradients (torch.func over the whole client graph) and FedLoG's and FedGPL's per-client models
 # have never been moved to a device; the others run on --device (tests/test_cuda.py on a GPU).
-CPU_ONLY_METHODS = ("dp-sgd", "fedgpl", "fedlog")
+CPU_ONLY_METHODS = ("dp-sgd", "fedgpl", "fedlog", "gap")
 # Methods configured by run options alone: a --method-param for them is a typo, refused rather than ignored.
 PARAMLESS_METHODS = ("local", "fedavg", "fedprox")
 

@@ -101,7 +101,7 @@ def test_cuda_is_refused_clearly_without_a_gpu():
         RunConfig(device="cuda").validate()
 
 
-@pytest.mark.parametrize("method", ["dp-sgd", "fedgpl", "fedlog"])
+@pytest.mark.parametrize("method", ["dp-sgd", "fedgpl", "fedlog", "gap"])
 def test_a_cpu_only_method_refuses_a_gpu_in_one_line_even_where_one_is_present(method):
     with pytest.raises(ValueError, match=f"^--device cuda: {method} runs on the CPU only; use --device cpu"):
         RunConfig(method=method, device="cuda").validate()

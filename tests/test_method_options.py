@@ -14,7 +14,8 @@ from privfgl.experiment import RunConfig, run
 from privfgl.methods.options import OTHER_VALUES, TRAINING_OPTIONS, UNUSED
 
 QUICK = {"fedavg": {}, "fedprox": {}, "local": {}, "fedspray": {}, "fedomd": {},
-         "dp-fedavg": {"dp": "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"}}  # seeded: comparable
+         "dp-fedavg": {"dp": "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"},  # seeded: comparable
+         "gap": {"method_params": {"seed": 3, "encoder_rounds": 2}}}
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ inserts the canaries suited to its DP unit and scores them with attacks/dp/estim
 - FedGPL's split messages (row level): canary rows, attacks/dp/split_audit.py.
 - Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
 - O-pFGL's DP class statistics (`dp_epsilon=...`): canary nodes, attacks/dp/opfgl_audit.py.
+- GAP's noisy hop aggregations (`--method gap`): canary edges, attacks/dp/gap_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -18,6 +19,7 @@ import inspect
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
+from attacks.dp.gap_audit import CanaryEdgeAudit
 from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.dp.opfgl_audit import CanaryNodeAudit
 from attacks.dp.sgd_audit import GradientCanaryAudit
@@ -26,10 +28,10 @@ from attacks.view import AdversaryView
 
 # the first that fits a run is used: the generic message-DP design last
 DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit, CanaryNodeAudit,
-                                     CanaryContributionAudit)
+                                     CanaryEdgeAudit, CanaryContributionAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
              "with --dp laplace|gaussian:...,on=m1|m2|m3|m4|split; --method opfgl with dp_epsilon and "
-             "dp_mode=distributed; any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
+             "dp_mode=distributed; --method gap (hops >= 1); any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
 
 
 def design_keys(design: type[Attack]) -> set[str]:

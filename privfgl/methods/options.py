@@ -82,6 +82,10 @@ UNUSED: dict[str, dict[str, str]] = {
                "weight_decay": _own("weight_decay"),
                "optimizer": _PAPER, "engine": _LOOP,
                "evaluation": "fedlog evaluates each client's own model"},
+    "gap": {"mu": _PROX, "finetune_epochs": "gap has no fine-tuning phase",
+            "model": "gap trains its own encoder and classifier MLPs on its cached aggregations",
+            "layers": _own("encoder_layers (and hops for the aggregation)"),
+            "engine": _LOOP},
 }
 
 

@@ -198,6 +198,10 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
         if text is not None:
             raise DPSpecError("--dp does not apply to dp-sgd: its noise is set by --method-param sigma=,clip=,degree=")
         return None
+    if method == "gap":
+        if text is not None:
+            raise DPSpecError("--dp does not apply to gap: its noise is set by --method-param epsilon=,delta=,hops=")
+        return None
     if text is None:
         if method == "dp-fedavg":
             raise DPSpecError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")

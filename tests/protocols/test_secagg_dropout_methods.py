@@ -133,6 +133,7 @@ CASES = {
     "opfgl": dict(rounds=1, method_params={"condense_iters": 100, "max_iters": 200, "eval_every": 50}),
     "fedgpl": dict(partition="tasks", method_params={"dim": 16, "hidden": 16, "max_per_class": 24,
                                                      "pretrain_epochs": 1}),
+    "gap": dict(method_params={"seed": 0, "encoder_rounds": 2}),
 }
 
 
