@@ -108,7 +108,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     t("--weight-decay", type=float, help="(default 5e-4)")
     t("--optimizer", help="local optimizer: adam (default) or sgd")
     t("--engine", help="auto (default), stacked (all clients at once), looped (one model per client), or ray: "
-                       "each client a Ray actor holding its data, model and protocol keys (fedavg, fedprox; "
+                       "each client a Ray actor holding its data, model and protocol keys (local, fedavg, fedprox; "
                        "docs/cluster.md)")
 
     t("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
@@ -363,7 +363,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 def _synthetic_names() -> list[str]:
     from privfgl.data import CLIENT_PRESETS, SYNTHETIC_PRESETS
-    return [f"sbm-{n}" if not n.startswith("sbm") else n for n in (*SYNTHETIC_PRESETS, *CLIENT_PRESETS)]
+    from privfgl.data.synthetic import SCALE_PRESETS
+    return [f"sbm-{n}" if not n.startswith("sbm") else n for n in (*SYNTHETIC_PRESETS, *CLIENT_PRESETS, *SCALE_PRESETS)]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -186,7 +186,10 @@ def test_fedavg_with_its_clients_on_actors_gives_the_in_process_record(cluster, 
     assert on_actors["metrics"]["test_acc"] == in_process["metrics"]["test_acc"]
     check = on_actors["cost"]["wire_check"]
     assert check["equal"] and check["links"] == 3 and check["booked_bytes"] == check["serialized_bytes"] > 0
-    assert on_actors["ray"] == {"actors": 2, "clients_per_actor": 2, "dead_clients": [], "torch_threads_per_actor": 1}
+    placed = on_actors["ray"]
+    assert (placed["actors"], placed["clients_per_actor"], placed["dead_clients"]) == (2, 2, [])
+    assert placed["nodes"] == 2  # the actors spread over the cluster's two nodes
+    assert [u["clients"] for u in placed["actor_usage"]] == [[0, 1], [2]]
     # The driver holds no client data: no subgraph, no labels in its tracker, no plaintext upload in the
     # server's view under a secure protocol, and the clients' models refuse to leave their actors.
     assert setup.clients == [] and setup.tracker.clients == [] and not hasattr(setup.tracker, "y")
@@ -241,3 +244,8 @@ def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, ca
     assert main(["run", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def test_local_training_on_actors_gives_the_in_process_record(cluster):
+    in_process, on_actors, _ = _in_process_and_on_actors(cluster, method="local")
+    assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []

@@ -20,7 +20,8 @@ from torch_geometric.datasets import Amazon, Coauthor, Planetoid, WikiCS
 from torch_geometric.utils import remove_self_loops, to_undirected
 
 from privfgl.data.errors import DataError, DatasetUnavailable
-from privfgl.data.synthetic import CLIENT_PRESETS, SBM_DEFAULTS, SYNTHETIC_PRESETS, client_csbm, contextual_sbm
+from privfgl.data.synthetic import (CLIENT_PRESETS, SBM_DEFAULTS, SCALE_PRESETS, SYNTHETIC_PRESETS, client_csbm,
+                                    contextual_sbm)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ DATASETS: dict[str, DatasetSpec] = {
 # Synthetic datasets: name -> (generator, its preset arguments).
 _SYNTHETIC: dict[str, tuple] = {"sbm": (contextual_sbm, SBM_DEFAULTS),
                                 **{name: (contextual_sbm, preset) for name, preset in SYNTHETIC_PRESETS.items()},
-                                **{name: (client_csbm, preset) for name, preset in CLIENT_PRESETS.items()}}
+                                **{name: (client_csbm, preset) for name, preset in CLIENT_PRESETS.items()},
+                                **{name: (contextual_sbm, preset) for name, preset in SCALE_PRESETS.items()}}
 
 
 def _user_cache_dir() -> Path:

@@ -30,6 +30,14 @@ SYNTHETIC_PRESETS: dict[str, dict] = {
 }
 
 
+# Scale graphs (docs/scale.md's benchmark graph, by name, so that a process that loads its own data, e.g.
+# a Ray client actor, builds the same one): 10 classes, 128 features, homophily 0.8, average degree 5.
+SCALE_PRESETS: dict[str, dict] = {
+    f"sbm-{label}": dict(num_nodes=n, num_features=128, num_classes=10, homophily=0.8, avg_degree=5.0)
+    for label, n in (("100k", 100_000), ("1m", 1_000_000))
+}
+
+
 # Stand-in with planted clients, shaped like FedSpray's PubMed clients (spec fedspray_fedomd.md A3):
 # per-client label counts from the authors' README (its Table 4), node homophily of each client's
 # majority / minority nodes from the paper's Table 1, avg_degree = 2 · avg edges / avg nodes of the

@@ -49,7 +49,7 @@ class Setup:
     def trainers(self, init: list[Params], seeds: list[int] | None = None) -> LocalTrainers:
         """The clients' local models: in this process (training.make_trainers), or on the clients' actors."""
         if self.remote is not None:
-            return self.remote.trainers(self.model, self.method, init[0], seeds)
+            return self.remote.trainers(self.model, self.method, init, seeds)
         return make_trainers(self.clients, self.model, init, self.method.engine, self.device, seeds)
 
     def rounds(self, desc: str):

@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 from privfgl.methods.base import Setup
-from privfgl.training import init_params, make_trainers
+from privfgl.training import dropout_seeds, init_params
 
 
 def run_local(setup: Setup) -> None:
-    """Each client: its own seeded model, `local_epochs` epochs per round, evaluated every round."""
+    """Each client: its own seeded model and dropout stream, `local_epochs` epochs per round, evaluated every
+    round (in this process, or on the clients' Ray actors)."""
     m = setup.method
-    timer = setup.federation.timer
+    timer, K = setup.federation.timer, setup.federation.num_clients
     init = [init_params(setup.model, setup.num_features, setup.num_classes, seed=m.seed * 1000 + k)
-            for k in range(len(setup.clients))]
-    trainers = make_trainers(setup.clients, setup.model, init, m.engine, setup.device)
+            for k in range(K)]
+    trainers = setup.trainers(init, dropout_seeds(m.seed, range(K)))
     for r in setup.rounds("local"):
         with timer.phase("local_train"):
             trainers.train(m.local_epochs)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, trainers.predict(), predict_on=trainers.predict_on)
+            trainers.evaluate(setup.tracker, r)

@@ -64,13 +64,14 @@ class ClientHost:
         return self.public
 
     # --- training ------------------------------------------------------------------------------------
-    def start_training(self, model_cfg, engine: str, header, data: bytes, seeds: dict[int, int] | None) -> None:
+    def start_training(self, model_cfg, engine: str, init: dict, seeds: dict[int, int] | None) -> None:
+        """init: client -> (header, bytes) of its initial parameters; seeds: client -> its dropout seed."""
         from privfgl.training import make_trainers  # noqa: PLC0415
-        self.received = decode_tensors(header, data)
+        params = [decode_tensors(*init[k]) for k in self.members]
+        self.received = params[0]
         mine = [self.clients[k] for k in self.members]
-        self.trainers = make_trainers(mine, model_cfg, [self.received] * len(mine), engine, self.device,
+        self.trainers = make_trainers(mine, model_cfg, params, engine, self.device,
                                       None if seeds is None else [seeds[k] for k in self.members])
-        self.prox_anchor = None
 
     def set_params(self, header, data: bytes) -> None:
         self.received = decode_tensors(header, data)
@@ -164,6 +165,14 @@ class ClientHost:
         from protocols import he_parties  # noqa: PLC0415
         total = he_parties.finish(self.key_holder, enc, sums, n)
         return total.astype(total.dtype.newbyteorder("<"), copy=False).tobytes()
+
+    def usage(self) -> dict:
+        """Where this actor ran and its process's peak resident memory (MB)."""
+        import resource  # noqa: PLC0415
+
+        import ray  # noqa: PLC0415
+        return {"node": ray.get_runtime_context().get_node_id()[:12], "clients": self.members,
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
     def close(self) -> None:
         if self.key_holder is not None:

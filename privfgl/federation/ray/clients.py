@@ -94,7 +94,7 @@ class ActorClients:
         self.gather(method, self.alive_actors(), header, data)
 
     # --- what a method gets ------------------------------------------------------------------------------
-    def trainers(self, model: ModelConfig, method, init: Params, seeds: list[int] | None) -> "RemoteTrainers":
+    def trainers(self, model: ModelConfig, method, init: list[Params], seeds: list[int] | None) -> "RemoteTrainers":
         return RemoteTrainers(self, model, method, init, seeds)
 
     def close(self) -> None:
@@ -109,12 +109,18 @@ class RemoteTrainers(LocalTrainers):
     """The clients' models on their actors. Their parameters never come to the driver: get_params and
     predict refuse; evaluation returns the clients' counts; uploads stay on the actors until summed."""
 
-    def __init__(self, clients: ActorClients, model: ModelConfig, method, init: Params, seeds: list[int] | None):
+    def __init__(self, clients: ActorClients, model: ModelConfig, method, init: list[Params],
+                 seeds: list[int] | None):
+        """init: each client's initial parameters (public: the server's model, or a seeded initialisation)."""
         self.clients, self.num_clients = clients, clients.num_clients
-        header, data = encode_tensors(init)
         seeds = None if seeds is None else dict(enumerate(seeds))
         engine = "auto" if method.engine == "ray" else method.engine
-        clients.gather("start_training", clients.alive_actors(), model, engine, header, data, seeds)
+        encoded = {id(p): encode_tensors(p) for p in init}  # one encoding per distinct model (FedAvg: one)
+
+        def arguments(a: int):
+            return model, engine, {k: encoded[id(init[k])] for k in clients.members[a]}, seeds
+
+        clients.gather("start_training", clients.alive_actors(), per_actor=arguments)
 
     def _refuse(self, what: str):
         raise RuntimeError(f"--engine ray: {what} stays on the client's actor; it leaves only through the protocol")

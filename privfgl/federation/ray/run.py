@@ -7,6 +7,7 @@ protocol. The driver's Setup holds no client data: `clients` is empty, the track
 from __future__ import annotations
 
 import dataclasses
+import resource
 import sys
 import time
 
@@ -20,7 +21,7 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("fedavg", "fedprox")  # methods whose client steps run on actors (methods/fedavg.py's run_rounds)
+RAY_METHODS = ("local", "fedavg", "fedprox")  # whose client steps run on actors (run_local; fedavg.run_rounds)
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
                "same draws; valid: seed=os (the default)",
@@ -132,6 +133,7 @@ def run_ray(cfg) -> tuple[dict, object]:
         finally:
             protocol.close()
         wire = wire_check(federation, clients)
+        usage = [u for _, u in sorted(clients.gather("usage", clients.alive_actors()).items())]
     finally:
         if clients is not None:
             clients.close()
@@ -147,7 +149,10 @@ def run_ray(cfg) -> tuple[dict, object]:
     record = make_record(config, setup, total_s)
     record["cost"]["wire_check"] = wire
     record["ray"] = {"actors": len(clients.actors), "clients_per_actor": cfg.clients_per_actor,
-                     "dead_clients": sorted(clients.dead), "torch_threads_per_actor": threads}
+                     "dead_clients": sorted(clients.dead), "torch_threads_per_actor": threads,
+                     "nodes": len({u["node"] for u in usage}),
+                     "actor_usage": usage,  # per living actor: its node, clients and peak RSS (MB)
+                     "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     return record, setup
 
 
