@@ -41,6 +41,7 @@ class ActorClients:
         self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
         self.dead: set[int] = set()  # clients whose actor died
         self.wire: Counter[tuple[str, str]] = Counter()
+        self._sent: list[tuple[int, object]] = []  # (actor, ref) of calls sent without waiting
         described = self.gather("describe", range(len(self.actors)))
         if len(described) < len(self.actors):
             raise PartyFailure(f"--engine ray: client actors {self._missing(described)} died while loading their data")
@@ -55,16 +56,35 @@ class ActorClients:
     def gather(self, method: str, actors, *args, per_actor=None) -> dict[int, object]:
         """Call `method` on each actor in `actors` (per_actor(a) -> its arguments, else `args`); actor ->
         its result, for the actors that answered. An actor that died is marked dead (its clients absent from
-        now on); a call that does not return within timeout_s raises PartyFailure."""
+        now on); a call that does not return within timeout_s raises PartyFailure. Calls sent with ``send``
+        before are waited for first (an actor runs its calls in order)."""
+        refs = self._submit(method, actors, args, per_actor)
+        sent, self._sent = self._sent, []
+        self._wait(sent + list(refs.items()), method)
+        self._results(sent)  # the sent calls' errors and deaths, before this call's
+        return self._results(list(refs.items()))
+
+    def send(self, method: str, actors, *args) -> None:
+        """Call `method` on the actors without waiting (training, a broadcast): its errors and deaths surface
+        at the next ``gather``, which the next step of every round makes."""
+        self._sent += list(self._submit(method, actors, args, None).items())
+
+    def _submit(self, method: str, actors, args, per_actor) -> dict:
+        return {a: getattr(self.actors[a], method).remote(*(per_actor(a) if per_actor else args)) for a in actors}
+
+    def _wait(self, calls: list, method: str) -> None:
         ray = self.ray
-        refs = {a: getattr(self.actors[a], method).remote(*(per_actor(a) if per_actor else args)) for a in actors}
-        ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
+        refs = [ref for _, ref in calls]
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         if pending:
-            slow = [a for a, r in refs.items() if r in pending]
+            slow = sorted({a for a, r in calls if r in pending})
             raise PartyFailure(f"--engine ray: client actor(s) {slow} (clients {self._clients_of(slow)}) sent no "
                                f"answer to {method} within {self.timeout_s:g} s")
-        out = {}
-        for a, ref in refs.items():
+
+    def _results(self, calls: list) -> dict[int, object]:
+        """actor -> the result of its call in `calls` ((actor, ref) pairs; the last, if several)."""
+        ray, out = self.ray, {}
+        for a, ref in calls:
             try:
                 out[a] = ray.get(ref)
             except ray.exceptions.RayActorError:
@@ -91,7 +111,7 @@ class ActorClients:
     def broadcast(self, method: str, params: Params) -> None:
         """The server's model to every living actor, as bytes; booked per client it hosts."""
         header, data = encode_tensors(params)
-        self.gather(method, self.alive_actors(), header, data)
+        self.send(method, self.alive_actors(), header, data)
 
     # --- what a method gets ------------------------------------------------------------------------------
     def trainers(self, model: ModelConfig, method, init: list[Params], seeds: list[int] | None) -> "RemoteTrainers":
@@ -142,7 +162,7 @@ class RemoteTrainers(LocalTrainers):
 
     def train(self, epochs: int, prox_mu: float = 0.0, anchors=None) -> None:
         """Every living client trains; FedProx's anchor is the last global model each received."""
-        self.clients.gather("train", self.clients.alive_actors(), epochs, prox_mu)
+        self.clients.send("train", self.clients.alive_actors(), epochs, prox_mu)
 
     def evaluate(self, tracker, round: int, stage: str = "train") -> dict:
         """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
