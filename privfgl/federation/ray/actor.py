@@ -53,6 +53,7 @@ class ClientHost:
         self.kill_at: dict[int, set[int]] = {}  # secagg round -> clients whose actor SIGKILLs itself there
         self.key_holder = None  # client 0's actor: the ckks/bfv protocol object, with the keys
         self.encryptors: dict = {}
+        self.crypten_clients = cfg.clients
         self.dp = None
         if dp is not None:
             from privfgl.privacy import MessageDP  # noqa: PLC0415
@@ -166,6 +167,38 @@ class ClientHost:
         total = he_parties.finish(self.key_holder, enc, sums, n)
         return total.astype(total.dtype.newbyteorder("<"), copy=False).tobytes()
 
+    # --- crypten ---------------------------------------------------------------------------------------
+    def crypten_rendezvous(self) -> str:
+        """Client 0's actor hosts the parties' torch.distributed rendezvous (rank 0): tcp://its node:port."""
+        import socket  # noqa: PLC0415
+
+        import ray  # noqa: PLC0415
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+
+    def crypten_join(self, world_size: int, rendezvous: str) -> None:
+        """This actor's client (rank = its index) joins the CrypTen party group (gloo), once per run."""
+        from protocols import crypten_compat  # noqa: PLC0415
+        crypten_compat.init_party(self.members[0], world_size, rendezvous)
+
+    def crypten_sum(self, n: int, precision_bits: int, limit: float) -> float:
+        """Its part of one secure sum: the client's message fixed-point encoded, shared by PRZS, the shares
+        summed and opened to the server's party only. Returns the seconds it took to encode."""
+        from protocols import crypten_compat  # noqa: PLC0415
+        from protocols.base import ProtocolError  # noqa: PLC0415
+        x = self.pending[self.members[0]]
+        if x.size and float(np.abs(x).max()) > limit:
+            raise ProtocolError(f"contributions: a client's contribution is outside the crypten fixed-point range "
+                                f"|x| <= {limit:.6g} (the encoding's range / K: no party holds the sum to check it)")
+        import time  # noqa: PLC0415
+        t0 = time.perf_counter()
+        encoded = crypten_compat.encode(torch.from_numpy(x), precision_bits)
+        seconds = time.perf_counter() - t0
+        crypten_compat.party_secure_sum(encoded, (n,), self.crypten_clients, server=self.crypten_clients)
+        return seconds
+
     def usage(self) -> dict:
         """Where this actor ran and its process's peak resident memory (MB)."""
         import resource  # noqa: PLC0415
@@ -177,3 +210,21 @@ class ClientHost:
     def close(self) -> None:
         if self.key_holder is not None:
             self.key_holder.close()
+
+
+class ServerParty:
+    """The server's CrypTen party (rank K) as its own actor on the driver's node, as secagg's and crypten's
+    multi-process modes give the server its own process: it opens the ring sum, which it hands the driver
+    (the server's steps) as bytes."""
+
+    def join(self, world_size: int, rendezvous: str) -> None:
+        from protocols import crypten_compat  # noqa: PLC0415
+        torch.set_num_threads(1)
+        crypten_compat.init_party(world_size - 1, world_size, rendezvous)
+
+    def sum(self, n: int) -> bytes:
+        from protocols import crypten_compat  # noqa: PLC0415
+        import os as _os  # noqa: PLC0415
+        clients = int(_os.environ["WORLD_SIZE"]) - 1
+        opened = crypten_compat.party_secure_sum(None, (n,), clients, server=clients).numpy()
+        return opened.astype(opened.dtype.newbyteorder("<"), copy=False).tobytes()

@@ -23,11 +23,12 @@ from privfgl.training import LocalTrainers, ModelConfig, Params
 from protocols.base import PartyFailure
 
 TIMEOUT_S = float(os.environ.get("PRIVFGL_RAY_TIMEOUT_S", 300))  # one call to the actors
+ACTOR_CPU = 0.01  # the CPU share an actor reserves for placement (its torch threads are its run's)
 
 
 class ActorClients:
     """K clients on ceil(K / per_actor) actors (actor a hosts clients a*per_actor .. (a+1)*per_actor - 1),
-    spread over the cluster's nodes."""
+    spread over the cluster's nodes by a SPREAD placement group."""
 
     def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S, dp=None):
         import ray  # noqa: PLC0415
@@ -35,8 +36,17 @@ class ActorClients:
         self.num_clients = cfg.clients
         self.timeout_s = timeout_s
         groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
-        host = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD")(ClientHost)
-        self.actors = [host.remote(cfg, members, threads, dp) for members in groups]
+        # One bundle per actor in a placement group whose bundles Ray spreads over the nodes as evenly as it
+        # can ("SPREAD"); a token CPU share each, so that any number of actors fits on a small cluster.
+        from ray.util.placement_group import placement_group  # noqa: PLC0415
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
+        self.placement = placement_group([{"CPU": ACTOR_CPU}] * len(groups), strategy="SPREAD")
+        if not self.placement.wait(timeout_s):
+            raise PartyFailure(f"--engine ray: the cluster could not place {len(groups)} client actors within "
+                               f"{timeout_s:g} s")
+        host = ray.remote(num_cpus=ACTOR_CPU, max_restarts=0)(ClientHost)
+        self.actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, a))
+                       .remote(cfg, members, threads, dp) for a, members in enumerate(groups)]
         self.members = groups
         self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
         self.dead: set[int] = set()  # clients whose actor died
@@ -118,11 +128,13 @@ class ActorClients:
         return RemoteTrainers(self, model, method, init, seeds)
 
     def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
         for actor in self.actors:
             try:
                 self.ray.kill(actor)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        remove_placement_group(self.placement)
 
 
 class RemoteTrainers(LocalTrainers):

@@ -18,7 +18,7 @@ from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker
 from privfgl.federation import Federation, Transcript
 from privfgl.federation.messages import SERVER
-from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteHE
+from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
 RAY_METHODS = ("local", "fedavg", "fedprox")  # whose client steps run on actors (run_local; fedavg.run_rounds)
@@ -38,11 +38,14 @@ def check_ray_run(cfg) -> None:
                           f"{', '.join(RAY_METHODS)} (docs/cluster.md lists the others and why)")
     if cfg.protocol not in REMOTE_PROTOCOLS:
         raise ConfigError(f"--engine ray: protocol {cfg.protocol!r} is not built with the clients on Ray actors; "
-                          f"valid: {', '.join(REMOTE_PROTOCOLS)} (docs/cluster.md says why not crypten)")
+                          f"valid: {', '.join(REMOTE_PROTOCOLS)}")
     params = cfg.protocol_params
     if cfg.protocol == "secagg" and params.get("mode", "inprocess") != "inprocess":
         raise ConfigError("--engine ray: secagg mode=multiprocess runs its own party processes; with the clients on "
                           "Ray actors leave mode unset")
+    if cfg.protocol == "crypten" and (params.get("mode", "inprocess") != "inprocess" or cfg.clients_per_actor != 1):
+        raise ConfigError("--engine ray: crypten's parties are the client actors, one client each (a CrypTen party is "
+                          "one rank of one process): leave mode unset and --clients-per-actor 1")
     if cfg.protocol in ("ckks", "bfv") and params.get("preset", "default") != "default":
         raise ConfigError(f"--engine ray: {cfg.protocol} preset {params['preset']!r} is symmetric (every client holds "
                           "the secret key); valid with the clients on Ray actors: preset=default")
@@ -78,6 +81,8 @@ def driver_protocol(cfg, params: dict):
     kill_at = params.pop("kill_at", None)
     if cfg.protocol in ("ckks", "bfv"):
         return RemoteHE(cfg.protocol, params)
+    if cfg.protocol == "crypten":
+        return RemoteCrypten(params)
     protocol = protocols.get_protocol(cfg.protocol, **params)
     if kill_at:
         protocol.ray_kill_at = {r: sorted(who) for r, who in round_clients("kill_at", kill_at).items()}
@@ -160,6 +165,10 @@ def wire_check(federation: Federation, clients) -> dict:
     """The bytes the channel booked against the serialized bytes the driver received from the actors, per
     link, for every message the server received from a client. RuntimeError on any difference: a record
     whose bytes are not what crossed is wrong."""
+    if federation.protocol.name == "crypten":  # the parties' shares cross inside gloo, between the actors
+        return {"links": 0, "booked_bytes": None, "serialized_bytes": None, "equal": None,
+                "why": "crypten: the summed shares travel inside torch.distributed (gloo) between the parties' "
+                       "actors, not through the driver"}
     booked = {link: n for link, n in federation.channel.links.items() if link[1] == SERVER}
     measured = {link: n for link, n in clients.wire.items() if link[1] == SERVER}
     links = sorted(set(booked) | set(measured))

@@ -16,7 +16,7 @@ from privfgl.federation.messages import SERVER, client_name
 from privfgl.federation.ray.clients import RemoteUploads
 from protocols.base import AggregationResult, PartyFailure, ProtocolError, Transfer, client
 
-REMOTE_PROTOCOLS = ("plain", "secagg", "ckks", "bfv")
+REMOTE_PROTOCOLS = ("plain", "secagg", "ckks", "bfv", "crypten")
 
 
 def remote_sum(protocol, uploads: RemoteUploads, present: list[int], reveal_to: str):
@@ -27,6 +27,8 @@ def remote_sum(protocol, uploads: RemoteUploads, present: list[int], reveal_to: 
         return _secagg(protocol, uploads, present, reveal_to), None
     if protocol.name in ("ckks", "bfv"):
         return _he(protocol, uploads, present, reveal_to), None
+    if protocol.name == "crypten":
+        return _crypten(protocol, uploads, present, reveal_to), None
     raise ProtocolError(f"--engine ray: protocol {protocol.name!r} is not built with the clients on actors; valid: "
                         f"{', '.join(REMOTE_PROTOCOLS)}")
 
@@ -244,3 +246,90 @@ class RemoteHE:
 
     def close(self) -> None:
         self._server = None
+
+
+def _crypten(protocol: "RemoteCrypten", uploads: RemoteUploads, present: list[int], reveal_to: str) -> AggregationResult:
+    """CrypTen with every client's party on its actor (rank k) and the server's party on its own actor (rank K),
+    over torch.distributed (gloo) between the actors: PRZS sharing, local sums, the ring sum opened to the
+    server's party only (as crypten mode=multiprocess). No dropout: a missing party ends the run."""
+    from protocols.crypten_backend import decode_total, fixed_point_error_bound, fixed_point_max_abs  # noqa: PLC0415
+    clients, K = uploads.clients, uploads.clients.num_clients
+    if reveal_to != "server":
+        raise ProtocolError("reveal_to: crypten with the clients on actors opens sums to the server only")
+    if present != list(range(K)):
+        gone = sorted(set(range(K)) - set(present))
+        raise PartyFailure(f"--engine ray: crypten needs every client's party; clients {gone} are gone or left out "
+                           "(secagg survives dropout)")
+    protocol.join(clients)
+    n = uploads.n
+    t0 = time.perf_counter()
+    limit = fixed_point_max_abs(protocol.precision_bits) / K
+    parties = {a: clients.actors[a].crypten_sum.remote(n, protocol.precision_bits, limit)
+               for a in range(len(clients.actors))}
+    opened_ref = protocol.server.sum.remote(n)
+    ray = clients.ray
+    refs = list(parties.values()) + [opened_ref]
+    _, pending = ray.wait(refs, num_returns=len(refs), timeout=clients.timeout_s)
+    if pending:
+        raise PartyFailure(f"--engine ray: a crypten party sent no answer within {clients.timeout_s:g} s")
+    try:
+        protect = max(ray.get(list(parties.values())))
+        opened = ray.get(opened_ref)
+    except ray.exceptions.RayActorError:
+        raise PartyFailure("--engine ray: a crypten party's actor died; crypten has no dropout (secagg has)") from None
+    elapsed = time.perf_counter() - t0
+    ring = torch.from_numpy(np.frombuffer(opened, dtype="<i8").astype(np.int64))
+    total = decode_total(ring, protocol.precision_bits, uploads.integer)
+    # The summed shares travel inside gloo between the parties' actors; their bytes are booked as crypten's
+    # multi-process mode books them (8 per value per client), not counted on the wire by the driver.
+    transfers = [Transfer(client(k), SERVER, "reveal", "share", 8 * n) for k in range(K)]
+    return AggregationResult(total=total, transfers=transfers, num_clients=K, opened_by=(SERVER,),
+                             phases={"protect": protect, "aggregate": elapsed - protect, "reveal": 0.0},
+                             error_bound=fixed_point_error_bound(K, protocol.precision_bits, total, uploads.integer),
+                             details={"parties": "ray actors over gloo"})
+
+
+class RemoteCrypten:
+    """The driver's crypten object under --engine ray: the fixed-point setting, and the parties (each client's
+    actor, rank k; the server's own actor, rank K, on the driver's node) joined once per run."""
+
+    name = "crypten"
+    keep_payloads = True
+
+    def __init__(self, params: dict):
+        from protocols.crypten_backend import check_precision_bits  # noqa: PLC0415
+        unknown = sorted(set(params) - {"precision_bits", "mode"})
+        if unknown:
+            raise ProtocolError(f"crypten: parameter(s) {', '.join(unknown)} not built with the clients on Ray actors; "
+                                "valid: precision_bits")
+        self.precision_bits = check_precision_bits(params.get("precision_bits", 16))
+        self.server = None
+
+    def join(self, clients) -> None:
+        if self.server is not None:
+            return
+        ray = clients.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+        from privfgl.federation.ray.actor import ServerParty  # noqa: PLC0415
+        here = ray.get_runtime_context().get_node_id()
+        self.server = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            here, soft=False))(ServerParty).remote()
+        world = clients.num_clients + 1
+        rendezvous = ray.get(clients.actors[clients.actor_of[0]].crypten_rendezvous.remote(),
+                             timeout=clients.timeout_s)
+        refs = [clients.actors[a].crypten_join.remote(world, rendezvous) for a in range(len(clients.actors))]
+        refs.append(self.server.join.remote(world, rendezvous))
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=clients.timeout_s)
+        if pending:
+            raise PartyFailure(f"--engine ray: the crypten parties did not all join at {rendezvous} within "
+                               f"{clients.timeout_s:g} s")
+        ray.get(refs)
+
+    def aggregate(self, *args, **kwargs):
+        raise RuntimeError("--engine ray: crypten's parties are the actors; sums run through privfgl.federation.ray")
+
+    def close(self) -> None:
+        if self.server is not None:
+            import ray  # noqa: PLC0415
+            ray.kill(self.server)
+            self.server = None
