@@ -263,6 +263,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     cfg = config_from_args(args)
+    if cfg.engine == "ray":
+        raise ConfigError("audit --engine ray: not built; the attacks score against the clients' data, which stays "
+                          "on their actors (docs/cluster.md); run the audit in process (the same record)")
     try:
         check_audit(attacks, args.adversary, cfg.clients, cfg.canaries)
     except ValueError as e:

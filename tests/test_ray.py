@@ -254,6 +254,13 @@ def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, ca
     assert says in err and len(err.splitlines()) == 1
 
 
+def test_an_audit_on_actors_is_refused_in_one_line(capsys):
+    assert main(["audit", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline",
+                 "--attack", "gradient-inversion"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "audit --engine ray: not built" in err and len(err.splitlines()) == 1
+
+
 def test_local_training_on_actors_gives_the_in_process_record(cluster):
     in_process, on_actors, _ = _in_process_and_on_actors(cluster, method="local")
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
