@@ -264,3 +264,17 @@ def test_an_audit_on_actors_is_refused_in_one_line(capsys):
 def test_local_training_on_actors_gives_the_in_process_record(cluster):
     in_process, on_actors, _ = _in_process_and_on_actors(cluster, method="local")
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
+
+
+def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster):
+    """Distributed DP under secagg with sampling at q = 0.5: the coins and the noise shares are drawn on the
+    actors (nothing of who took part reaches the driver), the release is accounted at q as in process."""
+    from privfgl.experiment import config_for, run
+    settings = {**RUN, "method": "dp-fedavg", "protocol": "secagg", "method_params": {"q": 0.5},
+                "dp": "gaussian:sigma=1,clip=1,on=update,mode=distributed"}
+    in_process, _ = run(config_for(settings))
+    on_actors, setup = run(config_for({**settings, "engine": "ray", "ray_address": cluster}))
+    assert on_actors["privacy"]["epsilon"] == in_process["privacy"]["epsilon"] > 0
+    dp = on_actors["privacy"]["dp"]
+    assert dp["accounted_sample_rate"] == 0.5 and dp["noise_source"] == dp["sampling_source"] == "os"
+    assert setup.extras["sampled_clients"] == []  # the coins stayed on the actors

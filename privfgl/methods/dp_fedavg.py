@@ -93,6 +93,15 @@ def draw_participation(sampler: NoiseSource, num_clients: int, q: float) -> list
     return (sampler.uniform(num_clients) < q).tolist()
 
 
+def own_coin_upload(q: float):
+    """Client k's upload where it flips its own coin (OS entropy) where it runs (a Ray actor): its model
+    delta with probability q, else zeros. The coins stay there: no auditor's truth of who took part."""
+    def upload(k: int, params: Params, received: Params, client) -> Params:
+        coin = float(NoiseSource(None, secure=True).uniform(1)[0] < q)
+        return {n: (params[n].double().cpu() - received[n].double()) * coin for n in received}
+    return upload
+
+
 def run_dp_fedavg(setup: Setup) -> None:
     m, fed = setup.method, setup.federation
     if fed.dp is None or not fed.dp.applies_to("model_update"):
@@ -109,6 +118,12 @@ def run_dp_fedavg(setup: Setup) -> None:
         if k == 0:
             sampled.append(draw_participation(sampler, K, q))
         return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
+
+    if setup.remote is not None:  # each client flips its own coin on its actor; nobody else learns it
+        if p["sampling_seed"] != OS:
+            raise ConfigError("dp-fedavg --engine ray: sampling_seed must be 'os' (each client's actor flips its "
+                              "own coin; a seed shared by the actors would give them the same coins)")
+        upload = own_coin_upload(q)
 
     def update(sums: Params, received: Params) -> Params:
         """Server: w + η · (noised sum of deltas) / (q·|S|), S the clients whose upload is in the sum (all K
