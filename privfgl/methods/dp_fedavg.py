@@ -119,12 +119,6 @@ def run_dp_fedavg(setup: Setup) -> None:
             sampled.append(draw_participation(sampler, K, q))
         return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
 
-    if setup.remote is not None:  # each client flips its own coin on its actor; nobody else learns it
-        if p["sampling_seed"] != OS:
-            raise ConfigError("dp-fedavg --engine ray: sampling_seed must be 'os' (each client's actor flips its "
-                              "own coin; a seed shared by the actors would give them the same coins)")
-        upload = own_coin_upload(q)
-
     def update(sums: Params, received: Params) -> Params:
         """Server: w + η · (noised sum of deltas) / (q·|S|), S the clients whose upload is in the sum (all K
         without dropout): a denominator fixed before the data, public (the server names the survivors)."""
@@ -132,4 +126,10 @@ def run_dp_fedavg(setup: Setup) -> None:
         return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * survivors)).to(received[n].dtype)
                 for n in received}
 
+    if setup.remote is not None:  # each client flips its own coin on its actor; nobody else learns it
+        if p["sampling_seed"] != OS:
+            raise ConfigError("dp-fedavg --engine ray: sampling_seed must be 'os' (each client's actor flips its "
+                              "own coin; a seed shared by the actors would give them the same coins)")
+        run_rounds(setup, "dp-fedavg", own_coin_upload(q), update, sample_rate=accounted_q)
+        return
     run_rounds(setup, "dp-fedavg", upload, update, sample_rate=accounted_q)

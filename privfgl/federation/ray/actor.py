@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 
 import numpy as np
 import torch
 
 from privfgl.evaluation import ClientEvaluation
 from privfgl.federation.runtime import flatten
-from privfgl.federation.ray.wire import decode_tensors, encode_tensors
-
-_ANSWER = struct.Struct("<BIH")  # secagg round 4: kind (0: b, 1: s) || owner || x, then the share
+from privfgl.federation.ray.wire import decode_tensors
+from protocols.secagg.protocol import _ANSWER  # round 4's answer header: kind (0: b, 1: s) || owner || x
 
 
 class ClientHost:
@@ -220,11 +218,10 @@ class ServerParty:
     def join(self, world_size: int, rendezvous: str) -> None:
         from protocols import crypten_compat  # noqa: PLC0415
         torch.set_num_threads(1)
-        crypten_compat.init_party(world_size - 1, world_size, rendezvous)
+        self.clients = world_size - 1
+        crypten_compat.init_party(self.clients, world_size, rendezvous)
 
     def sum(self, n: int) -> bytes:
         from protocols import crypten_compat  # noqa: PLC0415
-        import os as _os  # noqa: PLC0415
-        clients = int(_os.environ["WORLD_SIZE"]) - 1
-        opened = crypten_compat.party_secure_sum(None, (n,), clients, server=clients).numpy()
+        opened = crypten_compat.party_secure_sum(None, (n,), self.clients, server=self.clients).numpy()
         return opened.astype(opened.dtype.newbyteorder("<"), copy=False).tobytes()

@@ -11,8 +11,6 @@ import resource
 import sys
 import time
 
-import torch
-
 import protocols
 from privfgl.errors import ConfigError
 from privfgl.evaluation import RoundTracker

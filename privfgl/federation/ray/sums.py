@@ -123,7 +123,7 @@ class _ActorParties:
 
 def _answers(blobs) -> dict:
     """Round 4's packed answers back into {"b": {owner: (x, share)}, "s": {...}}."""
-    from privfgl.federation.ray.actor import _ANSWER  # noqa: PLC0415
+    from protocols.secagg.protocol import _ANSWER  # noqa: PLC0415
     out = {"b": {}, "s": {}}
     for blob in blobs:
         kind, owner, x = _ANSWER.unpack(blob[:_ANSWER.size])
