@@ -585,3 +585,32 @@ def test_a_record_row_reads_the_last_rounds_accuracy_and_the_upload_per_round():
     row = record_row(record)
     assert (row["test_acc"], row["test_acc_last"], row["best_round"]) == (0.8, 0.7, 2)
     assert (row["MB_up_per_client"], row["MB_up_per_client_round"]) == (3.0, 0.75)
+
+
+def test_a_line_plot_keeps_the_cells_its_where_names_and_dashes_the_series_dashed_names(tmp_path, monkeypatch):
+    from privfgl import plots
+    from privfgl.sweep.report import draw
+    drawn = {}
+    monkeypatch.setattr(plots, "line_plot", lambda series, path, **kw: drawn.setdefault(path.name, series))
+    sweep = load_sweep(write(tmp_path, SMALL + """
+[[plots]]
+file = "cora.png"
+kind = "line"
+x = "clients"
+y = "test_acc"
+series = ["method", "target_epsilon"]
+where = { dataset = "sbm-cora" }
+dashed = { method = "fedavg" }
+"""))
+    row = lambda dataset, method, clients, eps, acc: dict(cell=f"{dataset} {method} {clients} {eps}", dataset=dataset,
+                                                         method=method, clients=clients, target_epsilon=eps, test_acc=acc)
+    summary = [row("sbm-cora", "dp-fedavg", 10, 8, 0.3), row("sbm-cora", "dp-fedavg", 1000, 8.0, 0.7),
+               row("sbm-cora", "fedavg", 10, None, 0.8), row("sbm-cora", "fedavg", 1000, None, 0.75),
+               row("sbm-pubmed", "dp-fedavg", 10, 8, 0.1)]
+    draw(sweep, summary)
+    lines = {s.label: s for s in drawn["cora.png"]}
+    assert set(lines) == {"dp-fedavg, 8", "fedavg"}          # no sbm-pubmed point; no "None" in a label
+    assert list(lines["dp-fedavg, 8"].y) == [0.3, 0.7] and lines["dp-fedavg, 8"].linestyle == "-"
+    assert list(lines["fedavg"].x) == [10.0, 1000.0] and lines["fedavg"].linestyle == "--"
+    with pytest.raises(ConfigError, match="plot cora.png: where must be a table of column = value"):
+        load_sweep(write(tmp_path, SMALL + '\n[[plots]]\nfile = "cora.png"\ny = "test_acc"\nwhere = "sbm-cora"\n'))

@@ -3,7 +3,8 @@
 Methods (``PARTITIONS``), all deterministic per seed:
 
 - ``louvain``: Louvain communities packed greedily into K balanced clients (FedSage+/OpenFGL).
-- ``metis``: METIS K-way min-cut parts.
+- ``metis``: METIS K-way min-cut parts (a part METIS leaves empty, as it can when K nears N, gets
+  the last node of the largest part).
 - ``louvain+`` / ``metis+``: label-imbalance split (O-pFGL spec §3.2): 100 Louvain groups or
   METIS parts, then KMeans (k = K) over the groups' label histograms; one cluster per client.
 - ``dirichlet``: label skew, per-class client proportions ~ Dir(alpha).
@@ -292,6 +293,12 @@ def _metis(data: Data, num_parts: int, seed: int) -> list[np.ndarray]:
     _, membership = pymetis.part_graph(num_parts, adjacency=adjacency,
                                        options=pymetis.Options(seed=int(seed) + 1 if seed else -1))
     membership = np.asarray(membership)
+    sizes = np.bincount(membership, minlength=num_parts)
+    for k in np.flatnonzero(sizes == 0):  # METIS may leave parts empty when parts are tiny (K near N)
+        donor = int(np.argmax(sizes))
+        membership[np.flatnonzero(membership == donor)[-1]] = k
+        sizes[donor] -= 1
+        sizes[k] += 1
     return [np.flatnonzero(membership == k) for k in range(num_parts)]
 
 

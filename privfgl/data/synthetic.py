@@ -21,6 +21,7 @@ SBM_DEFAULTS: dict = dict(num_nodes=2000, num_features=64, num_classes=5, homoph
 # Stand-ins: name -> contextual_sbm keyword arguments. Node/feature/class counts are the PyG
 # versions of the real datasets; homophily is their edge homophily, avg_degree their mean degree.
 SYNTHETIC_PRESETS: dict[str, dict] = {
+    "sbm-cora": dict(num_nodes=2708, num_features=1433, num_classes=7, homophily=0.81, avg_degree=3.9),
     "sbm-pubmed": dict(num_nodes=19717, num_features=500, num_classes=3, homophily=0.80, avg_degree=4.5),
     "sbm-computers": dict(num_nodes=13752, num_features=767, num_classes=10, homophily=0.78, avg_degree=35.8),
     "sbm-photo": dict(num_nodes=7650, num_features=745, num_classes=8, homophily=0.83, avg_degree=31.1),

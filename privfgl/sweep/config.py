@@ -98,6 +98,8 @@ class PlotSpec:
     ylabel: str = ""
     logy: bool = False
     diagonal: bool = False         # line: the line y = x, dashed (e.g. an audited ε against the accountant's)
+    where: tuple = ()              # ((column, value), ...): only the cells with these values (e.g. one dataset)
+    dashed: tuple = ()             # line: ((column, value), ...): the series of cells with these values are dashed
 
 
 @dataclass(frozen=True)
@@ -256,8 +258,13 @@ def _plot(path: Path, p: dict) -> PlotSpec:
     if kind == "line" and not p.get("x"):
         raise ConfigError(f"sweep config {path}: plot {p['file']}: a line plot needs x (a numeric column)")
     as_tuple = lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    for key in ("where", "dashed"):
+        if not isinstance(p.get(key, {}), dict):
+            raise ConfigError(f"sweep config {path}: plot {p['file']}: {key} must be a table of column = value, "
+                              f"got {p[key]!r}")
     return PlotSpec(file=p["file"], kind=kind, y=as_tuple(p["y"]), x=p.get("x"),
                     series=as_tuple(p.get("series", ())), logx=bool(p.get("logx", False)),
                     missing_x=p.get("missing_x", "reference"),
                     title=p.get("title", ""), xlabel=p.get("xlabel", ""), ylabel=p.get("ylabel", ""),
-                    logy=bool(p.get("logy", False)), diagonal=bool(p.get("diagonal", False)))
+                    logy=bool(p.get("logy", False)), diagonal=bool(p.get("diagonal", False)),
+                    where=tuple(p.get("where", {}).items()), dashed=tuple(p.get("dashed", {}).items()))

@@ -238,12 +238,13 @@ def check_line_x(spec, values: list) -> None:
 def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     """The sweep's [[plots]] as PNGs in its results folder."""
     from privfgl import plots
-    written = []
+    written, every = [], summary
     seeds = len(sweep.seeds)
     note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}"
     label = lambda column: sweep.headers.get(column) or axis_label(column)
     for spec in sweep.plots:
         path = sweep.results / spec.file
+        summary = [s for s in every if matches(s, spec.where)]
         if spec.kind == "line":
             check_line_x(spec, [s.get(spec.x) for s in summary])
         if spec.kind == "bars":
@@ -257,6 +258,12 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
                   summary, path, note, label)
         written.append(path)
     return written
+
+
+def matches(row: dict, pairs) -> bool:
+    """Whether the summary row has every (column, value) of `pairs` (compared as text: 8 matches 8.0)."""
+    same = lambda a, b: a == b or (_is_number(a) and _is_number(b) and float(a) == float(b)) or str(a) == str(b)
+    return all(same(row.get(column), value) for column, value in pairs)
 
 
 MARKERS = ("o", "s", "^", "D", "v")  # a line plot with several y and series: one marker and style per series value
@@ -273,7 +280,7 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
         for r in summary:
             groups.setdefault(tuple(r.get(k) for k in spec.series), []).append(r)
         for j, (key, group) in enumerate(groups.items()):
-            name = ", ".join(str(k) for k in key) if spec.series else axis_label(y)
+            name = ", ".join(str(k) for k in key if k is not None) if spec.series else axis_label(y)
             if len(spec.y) > 1 and spec.series:
                 name = f"{axis_label(y)}, {name}"
             color = f"C{len(series)}" if len(spec.y) == 1 else f"C{i}"
@@ -286,6 +293,8 @@ def _line(plots, spec, summary: list[dict], path: Path, note: str, axis_label=ax
                         marker, style = MARKERS[j % len(MARKERS)], SERIES_STYLES[j % len(SERIES_STYLES)]
                     else:
                         marker = "o" if not suffix else ""
+                    if spec.dashed and all(matches(r, spec.dashed) for r in group):
+                        style = "--"
                     series.append(plots.Series(label, *zip(*points), color=color, linestyle=style, marker=marker))
             if spec.missing_x == "reference":
                 refs += [(r["cell"] if len(spec.y) == 1 else f"{r['cell']}: {axis_label(y)}", r[y],

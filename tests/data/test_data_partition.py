@@ -199,3 +199,13 @@ def test_unreachable_dirichlet_min_size_is_reported():
     data = contextual_sbm(100, 2, 4, seed=0)
     with pytest.raises(DataError, match="no draw in .* gave every client"):
         partition_nodes(data, "dirichlet", 10, alpha=0.01, min_size=10)
+
+
+def test_metis_fills_the_parts_it_leaves_empty_when_clients_near_nodes():
+    """Raw METIS leaves 11 of 120 parts of this 300-node graph empty (2.5 nodes a part); each gets the last
+    node of the largest part, so every client has a node and the parts still cover the graph once."""
+    data = contextual_sbm(300, 7, 16, homophily=0.81, avg_degree=3.9, seed=0)
+    parts = partition_nodes(data, "metis", 120, seed=0)
+    assert len(parts) == 120 and min(p.numel() for p in parts) >= 1
+    assert torch.equal(torch.sort(torch.cat(parts)).values, torch.arange(300))
+    assert max(p.numel() for p in parts) <= 4

@@ -56,13 +56,14 @@ def test_100k_nodes_in_seconds():
 def test_presets_shaped_like_real_datasets():
     shapes = {name: (p["num_nodes"], p["num_features"], p["num_classes"])
               for name, p in SYNTHETIC_PRESETS.items()}
+    assert shapes["sbm-cora"] == (2708, 1433, 7)
     assert shapes["sbm-pubmed"] == (19717, 500, 3)
     assert shapes["sbm-computers"] == (13752, 767, 10)
     assert shapes["sbm-photo"] == (7650, 745, 8)
     assert shapes["sbm-cs"] == (18333, 6805, 15)
     assert shapes["sbm-physics"] == (34493, 8415, 5)
     assert shapes["sbm-wikics"] == (11701, 300, 10)
-    assert len(shapes) == 6
+    assert len(shapes) == 7
 
 
 @pytest.mark.parametrize("kwargs, match", [
