@@ -854,6 +854,16 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'summary = [s for s in every if matches(s, spec.where)]',
      'summary = every',
      ['tests/test_sweep.py', '-k', 'where_names']),
+    ('HEP1', 'apart, each ckks client checks its input against the whole range, not range / K (a sum can leave it)',
+     'protocols/he_parties.py',
+     'protocol.public_key_bytes, f, protocol.max_abs / K,',
+     'protocol.public_key_bytes, f, protocol.max_abs,',
+     ['tests/protocols/test_he_parties.py']),
+    ('HEP2', 'apart, the ckks key holder reveals the raw decryption (off the grid)',
+     'protocols/he_parties.py',
+     '        return np.round(decoded.astype(np.float64) * scale) / scale\n    summed',
+     '        return decoded.astype(np.float64)\n    summed',
+     ['tests/protocols/test_he_parties.py']),
 ]
 
 
