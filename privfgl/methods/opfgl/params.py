@@ -21,6 +21,7 @@ PRESET_PARTITION_SEED = 42
 VAR_DENOMINATORS = ("paper", "exact")  # N^c − m_c (Eq. 9) or N^c − 1 (exact pooled variance)
 ALIGN_TARGETS = ("std", "variance")  # code: match the std; paper Eq. 11: the variance
 COUNTS_PROTOCOLS = ("auto", "plain", "crypten", "ckks", "bfv")
+HRE_TIES = ("index", "topk")  # ties in H for HRE's top-K classes: lower class index, or the code's torch.topk
 DP_MODES = ("auto", "central", "distributed")  # auto: distributed under a secure protocol, central under plain
 
 # Protocol parameters O-pFGL needs by default, applied by privfgl.experiment only where the user did
@@ -41,6 +42,7 @@ class OPFGLParams:
     hre_k: int = 0                     # K: top-K homophily classes; 0 switches HRE off
     f_th: float = 0.95                 # confidence threshold (C2)
     d_th: int = 0                      # degree threshold (C1); 0 switches C1 off
+    hre_ties: str = "index"            # see HRE_TIES
     # upload and server (spec §1.5, §2)
     counts_protocol: str = "auto"      # auto: bfv when the run's protocol is ckks/bfv, else the run's
     var_denominator: str = "paper"     # see VAR_DENOMINATORS
@@ -126,6 +128,7 @@ def _check(p: OPFGLParams) -> None:
         need(p.gamma_min <= p.gamma_max, "gamma_min", f"a number <= gamma_max ({p.gamma_max})")
     need(p.var_denominator in VAR_DENOMINATORS, "var_denominator", ", ".join(VAR_DENOMINATORS))
     need(p.align in ALIGN_TARGETS, "align", ", ".join(ALIGN_TARGETS))
+    need(p.hre_ties in HRE_TIES, "hre_ties", ", ".join(HRE_TIES))
     need(p.counts_protocol in COUNTS_PROTOCOLS, "counts_protocol", ", ".join(COUNTS_PROTOCOLS))
     need(p.dp_mode in DP_MODES, "dp_mode", ", ".join(DP_MODES))
     need(0 < p.dp_delta < 1, "dp_delta", "a number in (0, 1)")

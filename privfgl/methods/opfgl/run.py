@@ -143,8 +143,8 @@ def run_opfgl(setup: Setup) -> None:
     clients, num_classes, device = setup.clients, setup.num_classes, torch.device(setup.device)
 
     with timer.phase("client_stats"):
-        views = [client_statistics(c, num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th, p.d_th)
-                 for c in clients]
+        views = [client_statistics(c, num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th, p.d_th,
+                                   p.hre_ties) for c in clients]
     counts, sums = _upload(setup, views, p)
 
     with timer.phase("condense"):  # the server; under server_efficient every client (same seed)

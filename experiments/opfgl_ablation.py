@@ -1,0 +1,239 @@
+r"""O-pFGL, stage by stage against the authors' code on one partition and split (issue #43).
+
+The authors' code (experiments/peers/opfgl_main.py with PEER_DUMP=DIR) saves, per training seed r,
+DIR/run{r}.pt: each client's statistics as its get_distribution returned them, the global model's
+initial parameters and the condensed pseudo-graph. On the same partition file and split file this
+script compares privfgl with them:
+
+    stats        each client's per-class counts, means and stds, privfgl's (from its uploaded sums
+                 n, S1, S2) against the authors' (seed 0's dump; they do not depend on the seed)
+    condense     the pseudo-graph: privfgl's condensation against the authors', both scored by
+                 privfgl's alignment loss on the same pooled statistics (edges, loss)
+    privfgl      privfgl as it is (the `cora-louvain+` preset), seeds 0-2
+    pseudo       privfgl with the authors' pseudo-graph of the same seed in place of its own
+    pseudo+init  ... and with the authors' initial global model in place of privfgl's
+
+If `pseudo+init` gives the authors' own score seed by seed, privfgl's stage 1 and stage 2 compute
+what theirs do, and whatever remains between `privfgl` and the authors lies in the condensation
+(`pseudo` separates the initialisation from it). Results land in WORK/ablation.json stage by stage
+(a later call runs only the missing ones) and the table goes to the block `opfgl_ablation` of
+docs/authors-side-by-side.md.
+
+    OMP_NUM_THREADS=1 PRIVFGL_DATA=... python experiments/opfgl_ablation.py --work /tmp/peer-opfgl-ablation \
+        --partition authors-cora-louvain+-10.txt --split authors-split.json --dump dump-own --peer-log log-dump-own.txt
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
+
+from authors_side_by_side_opfgl import PARTITION_SEED, SEEDS, parse_peer_log  # noqa: E402
+from privfgl.doc_block import write_block  # noqa: E402
+
+RUN_STAGES = ("privfgl", "pseudo", "pseudo+init")
+TAG = "opfgl_ablation"
+
+
+PARAMS: dict = {}  # --param KEY=VALUE: method params on top of the preset, for every privfgl run here
+
+
+def config(partition: Path, split: Path, seed: int):
+    from privfgl.experiment import config_for
+    return config_for({"method": "opfgl", "dataset": "cora", "partition": f"file:{partition}", "clients": 10,
+                       "split_file": str(split), "partition_seed": PARTITION_SEED, "seed": seed, "threads": 1,
+                       "progress": False, "transcript": "none",
+                       "method_params": {"preset": "cora-louvain+", **PARAMS}})
+
+
+def load_dump(folder: Path, seed: int) -> dict:
+    return torch.load(folder / f"run{seed}.pt", weights_only=False)
+
+
+def compare_stats(partition: Path, split: Path, dump: dict) -> dict:
+    """privfgl's per-client statistics against the authors' (get_distribution's coeff, mean, std)."""
+    from privfgl.experiment import build_setup
+    from privfgl.methods.opfgl.params import resolve_params
+    from privfgl.methods.opfgl.stats import client_statistics
+    cfg = config(partition, split, 0)
+    setup = build_setup(cfg)
+    p = resolve_params(cfg.method_params)
+    classes_differ, count_differ, mean_diff, std_diff, reliable = 0, 0, 0.0, 0.0, 0
+    for k, client in enumerate(setup.clients):
+        view = client_statistics(client, setup.num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k,
+                                 p.f_th, p.d_th, p.hre_ties)
+        reliable += int(view.reliable.sum())
+        theirs = dump["stats"][k]
+        ours = {c: int(n) for c, n in enumerate(view.sums.n.tolist()) if n > 0}
+        classes_differ += set(ours) != set(theirs["coeff"])
+        count_differ += sum(ours.get(c) != n for c, n in theirs["coeff"].items())
+        for c, n in ours.items():
+            if c not in theirs["mean"]:
+                continue
+            mean = view.sums.s1[c] / n
+            std = ((view.sums.s2[c] - n * mean * mean) / (n - 1)).clamp(min=0).sqrt()
+            mean_diff = max(mean_diff, float((mean - theirs["mean"][c].double()).abs().max()))
+            std_diff = max(std_diff, float((std - theirs["std"][c].double()).abs().max()))
+    return {"clients": len(setup.clients), "clients_with_other_classes": classes_differ,
+            "class_counts_differing": count_differ, "max_abs_mean_diff": mean_diff, "max_abs_std_diff": std_diff,
+            "reliable_nodes_privfgl": reliable,
+            "reliable_nodes_authors": sum(sum(d["coeff"].values()) - sum(d["origin_coeff"].get(c, 0)
+                                              for c in d["coeff"]) for d in dump["stats"].values())}
+
+
+def alignment_loss(pseudo, stats, hops: int, threshold: float) -> float:
+    """privfgl's condensation alignment term (feat_alpha excluded) of a pseudo-graph on pooled statistics."""
+    from privfgl.methods.opfgl.condense import _propagate, gcn_norm_dense
+    xp = _propagate(pseudo.x.float(), gcn_norm_dense(pseudo.dense_adjacency().float()), hops)
+    weight = stats.counts.double() / stats.counts.sum()
+    loss = 0.0
+    for c in range(stats.mean.shape[0]):
+        rows = pseudo.y == c
+        if rows.any():
+            loss += float(weight[c]) * float(((xp[rows].mean(dim=0).double() - stats.mean[c]) ** 2).mean())
+    return loss
+
+
+def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict]) -> dict:
+    """Both codes' pseudo-graphs per seed: edges and privfgl's alignment loss on privfgl's pooled stats."""
+    from privfgl.experiment import run
+    from privfgl.methods.opfgl import run as opfgl_run
+    from privfgl.methods.opfgl.condense import PseudoGraph
+    out = {}
+    for seed, dump in dumps.items():
+        captured = {}
+        real_condense = opfgl_run.condense
+
+        def capture(stats, *args, **kwargs):
+            captured["stats"] = stats
+            captured["pseudo"] = real_condense(stats, *args, **kwargs)
+            raise _Stop
+
+        with mock.patch.object(opfgl_run, "condense", capture):
+            try:
+                run(config(partition, split, seed))
+            except _Stop:
+                pass
+        theirs = PseudoGraph.from_tensors(dump["pseudo"])
+        ours, stats = captured["pseudo"], captured["stats"]
+        out[str(seed)] = {"edges_privfgl": int(ours.edge_index.shape[1]),
+                          "edges_authors": int(theirs.edge_index.shape[1]),
+                          "loss_privfgl": alignment_loss(ours, stats, 1, 0.01),
+                          "loss_authors": alignment_loss(theirs, stats, 1, 0.01)}
+    return out
+
+
+class _Stop(Exception):
+    """Ends a run once the condensation is captured."""
+
+
+def run_stage(stage: str, partition: Path, split: Path, dumps: dict[int, dict]) -> dict:
+    """privfgl's test accuracy and macro-F1 (%) per seed, with the authors' parts swapped in per `stage`."""
+    from privfgl.experiment import run
+    from privfgl.methods.opfgl import run as opfgl_run
+    from privfgl.methods.opfgl.condense import PseudoGraph
+    acc, f1, seconds = [], [], []
+    for seed in SEEDS:
+        patches = []
+        if stage in ("pseudo", "pseudo+init"):
+            pseudo = PseudoGraph.from_tensors(dumps[seed]["pseudo"])
+            patches.append(mock.patch.object(opfgl_run, "condense", lambda *a, **k: pseudo))
+        if stage == "pseudo+init":
+            init = dumps[seed]["init"]
+            patches.append(mock.patch.object(opfgl_run, "init_params",
+                                             lambda *a, **k: {n: v.clone() for n, v in init.items()}))
+        start = time.perf_counter()
+        with ExitStack() as stack:
+            for patch in patches:
+                stack.enter_context(patch)
+            record, _ = run(config(partition, split, seed))
+        seconds.append(time.perf_counter() - start)
+        acc.append(100 * record["metrics"]["test_acc"])
+        f1.append(100 * record["metrics"]["test_f1_macro"])
+    return {"acc": acc, "f1": f1, "seconds": seconds}
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f}"
+
+
+def table(results: dict) -> str:
+    names = {"authors": "authors' code (their pseudo-graph, their init)",
+             "privfgl": "privfgl as it is", "pseudo": "privfgl + the authors' pseudo-graph",
+             "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G"}
+    rows = ["| run | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|"]
+    for stage in ("authors", *RUN_STAGES):
+        if results.get(stage, {}).get("acc"):
+            r = results[stage]
+            rows.append(f"| {names[stage]} | {mean_std(r['acc'])} | {mean_std(r['f1'])} | "
+                        f"{' / '.join(f'{a:.2f}' for a in r['acc'])} |")
+    text = "\n".join(rows) + "\n"
+    if "stats" in results:
+        s = results["stats"]
+        text += (f"\nStatistics (seed 0's dump, {s['clients']} clients): clients whose reported class set differs "
+                 f"{s['clients_with_other_classes']}, per-class counts differing {s['class_counts_differing']}, "
+                 f"HRE nodes added {s['reliable_nodes_privfgl']} (privfgl) / {s['reliable_nodes_authors']} "
+                 f"(authors), largest |mean difference| {s['max_abs_mean_diff']:.1e}, largest |std difference| "
+                 f"{s['max_abs_std_diff']:.1e}.\n")
+    if "condense" in results:
+        c = results["condense"]
+        text += ("\nPseudo-graphs (privfgl's alignment loss on the same pooled statistics, means only, "
+                 "×1e-4; edges): " + "; ".join(
+                     f"seed {s}: privfgl {v['loss_privfgl'] * 1e4:.3f} ({v['edges_privfgl']} edges), authors "
+                     f"{v['loss_authors'] * 1e4:.3f} ({v['edges_authors']} edges)" for s, v in c.items()) + ".\n")
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-opfgl-ablation"))
+    ap.add_argument("--partition", type=Path, required=True, help="partition file (relative to --work)")
+    ap.add_argument("--split", type=Path, required=True, help="split file (relative to --work)")
+    ap.add_argument("--dump", type=Path, required=True, help="the authors' PEER_DUMP folder (relative to --work)")
+    ap.add_argument("--peer-log", type=Path, required=True, help="the log of that authors' run (relative to --work)")
+    ap.add_argument("--stages", nargs="+", choices=("stats", "condense", *RUN_STAGES),
+                    default=["stats", "condense", *RUN_STAGES])
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="an O-pFGL method param on top of the preset for every privfgl run (e.g. hre_ties=topk)")
+    ap.add_argument("--store", default="ablation.json", help="results file in --work (one per --param set)")
+    ap.add_argument("--tag", default=TAG, help="the docs block to write")
+    ap.add_argument("--out", default="docs/authors-side-by-side.md")
+    args = ap.parse_args()
+    PARAMS.update(kv.split("=", 1) for kv in args.param)
+    work = args.work
+    partition, split, dump_dir = work / args.partition, work / args.split, work / args.dump
+    store = work / args.store
+    results = json.loads(store.read_text()) if store.is_file() else {}
+    authors = parse_peer_log((work / args.peer_log).read_text())
+    results["authors"] = {k: authors[k] for k in ("acc", "f1")}
+    dumps = {seed: load_dump(dump_dir, seed) for seed in SEEDS if (dump_dir / f"run{seed}.pt").is_file()}
+    for stage in args.stages:
+        if stage in results:
+            continue
+        if stage == "stats":
+            results[stage] = compare_stats(partition, split, dumps[0])
+        elif stage == "condense":
+            results[stage] = compare_condensation(partition, split, dumps)
+        else:
+            results[stage] = run_stage(stage, partition, split, dumps)
+        results = {**(json.loads(store.read_text()) if store.is_file() else {}), **results}
+        store.write_text(json.dumps(results, indent=1))
+        print(stage, json.dumps(results[stage]), flush=True)
+    write_block(args.out, args.tag, table(results))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
