@@ -138,30 +138,25 @@ class _Stop(Exception):
     """Ends a run once the condensation is captured."""
 
 
-def run_stage(stage: str, partition: Path, split: Path, dumps: dict[int, dict]) -> dict:
-    """privfgl's test accuracy and macro-F1 (%) per seed, with the authors' parts swapped in per `stage`."""
+def run_seed(stage: str, partition: Path, split: Path, seed: int, dump: dict | None) -> dict:
+    """privfgl's test accuracy and macro-F1 (%) for one seed, with the authors' parts swapped in per `stage`."""
     from privfgl.experiment import run
     from privfgl.methods.opfgl import run as opfgl_run
     from privfgl.methods.opfgl.condense import PseudoGraph
-    acc, f1, seconds = [], [], []
-    for seed in SEEDS:
-        patches = []
-        if stage in ("pseudo", "pseudo+init"):
-            pseudo = PseudoGraph.from_tensors(dumps[seed]["pseudo"])
-            patches.append(mock.patch.object(opfgl_run, "condense", lambda *a, **k: pseudo))
-        if stage == "pseudo+init":
-            init = dumps[seed]["init"]
-            patches.append(mock.patch.object(opfgl_run, "init_params",
-                                             lambda *a, **k: {n: v.clone() for n, v in init.items()}))
-        start = time.perf_counter()
-        with ExitStack() as stack:
-            for patch in patches:
-                stack.enter_context(patch)
-            record, _ = run(config(partition, split, seed))
-        seconds.append(time.perf_counter() - start)
-        acc.append(100 * record["metrics"]["test_acc"])
-        f1.append(100 * record["metrics"]["test_f1_macro"])
-    return {"acc": acc, "f1": f1, "seconds": seconds}
+    patches = []
+    if stage in ("pseudo", "pseudo+init"):
+        pseudo = PseudoGraph.from_tensors(dump["pseudo"])
+        patches.append(mock.patch.object(opfgl_run, "condense", lambda *a, **k: pseudo))
+    if stage == "pseudo+init":
+        init = dump["init"]
+        patches.append(mock.patch.object(opfgl_run, "init_params", lambda *a, **k: {n: v.clone() for n, v in init.items()}))
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        record, _ = run(config(partition, split, seed))
+    return {"acc": 100 * record["metrics"]["test_acc"], "f1": 100 * record["metrics"]["test_f1_macro"],
+            "seconds": time.perf_counter() - start}
 
 
 def mean_std(values: list[float]) -> str:
@@ -174,8 +169,10 @@ def table(results: dict) -> str:
              "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G"}
     rows = ["| run | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|"]
     for stage in ("authors", *RUN_STAGES):
-        if results.get(stage, {}).get("acc"):
-            r = results[stage]
+        per_seed = results.get(stage, {})
+        if per_seed:
+            seeds = sorted(per_seed, key=int)
+            r = {k: [per_seed[s][k] for s in seeds] for k in ("acc", "f1")}
             rows.append(f"| {names[stage]} | {mean_std(r['acc'])} | {mean_std(r['f1'])} | "
                         f"{' / '.join(f'{a:.2f}' for a in r['acc'])} |")
     text = "\n".join(rows) + "\n"
@@ -204,6 +201,7 @@ def main() -> int:
     ap.add_argument("--peer-log", type=Path, required=True, help="the log of that authors' run (relative to --work)")
     ap.add_argument("--stages", nargs="+", choices=("stats", "condense", *RUN_STAGES),
                     default=["stats", "condense", *RUN_STAGES])
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="training seeds (those with a dump)")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="an O-pFGL method param on top of the preset for every privfgl run (e.g. hre_ties=topk)")
     ap.add_argument("--store", default="ablation.json", help="results file in --work (one per --param set)")
@@ -216,20 +214,31 @@ def main() -> int:
     store = work / args.store
     results = json.loads(store.read_text()) if store.is_file() else {}
     authors = parse_peer_log((work / args.peer_log).read_text())
-    results["authors"] = {k: authors[k] for k in ("acc", "f1")}
-    dumps = {seed: load_dump(dump_dir, seed) for seed in SEEDS if (dump_dir / f"run{seed}.pt").is_file()}
-    for stage in args.stages:
-        if stage in results:
-            continue
-        if stage == "stats":
-            results[stage] = compare_stats(partition, split, dumps[0])
-        elif stage == "condense":
-            results[stage] = compare_condensation(partition, split, dumps)
-        else:
-            results[stage] = run_stage(stage, partition, split, dumps)
-        results = {**(json.loads(store.read_text()) if store.is_file() else {}), **results}
-        store.write_text(json.dumps(results, indent=1))
+    results["authors"] = {str(s): {"acc": a, "f1": f} for s, a, f in zip(SEEDS, authors["acc"], authors["f1"])}
+    seeds = [s for s in args.seeds if (dump_dir / f"run{s}.pt").is_file()]
+    dumps = {seed: load_dump(dump_dir, seed) for seed in seeds}
+
+    def save(stage):
+        stored = json.loads(store.read_text()) if store.is_file() else {}
+        store.write_text(json.dumps({**stored, **results}, indent=1))
         print(stage, json.dumps(results[stage]), flush=True)
+
+    for stage in args.stages:
+        if stage == "stats" and stage not in results and 0 in dumps:
+            results[stage] = compare_stats(partition, split, dumps[0])
+            save(stage)
+        elif stage == "condense":
+            results.setdefault(stage, {})
+            for seed in seeds:
+                if str(seed) not in results[stage]:
+                    results[stage].update(compare_condensation(partition, split, {seed: dumps[seed]}))
+                    save(stage)
+        elif stage in RUN_STAGES:
+            results.setdefault(stage, {})
+            for seed in args.seeds if stage == "privfgl" else seeds:
+                if str(seed) not in results[stage]:
+                    results[stage][str(seed)] = run_seed(stage, partition, split, seed, dumps.get(seed))
+                    save(stage)
     write_block(args.out, args.tag, table(results))
     print(table(results))
     return 0

@@ -72,6 +72,9 @@ class OPFGLParams:
     gamma_max: float | None = None
     fixed_gamma: float | None = None   # ablation: one gamma for every node
     distill: bool = True               # False: stage 2 is plain fine-tuning (ablation "ft")
+    code_loops: bool = False           # the authors' `range(n + 1)` loops: condense_iters + 1 condensation
+                                       # steps; stage checks after eval_every + 1, 2·eval_every + 1, … steps
+                                       # (personalize.Schedule.offset); False: n steps, checks after eval_every, …
     # node-level DP on the statistics (opfgl_dp; off while dp_epsilon is unset)
     dp_epsilon: float | None = None    # target ε of the one release
     dp_delta: float = 1e-5
