@@ -24,6 +24,9 @@ Compatibility shims, none on the training path's arithmetic:
 - scikit-learn >= 1.4 runs KMeans once (n_init="auto"); the authors' 1.2.2 ran it 10 times, so
   KMeans gets n_init=10, as the authors' environment had.
 
+Split from outside: PEER_SPLIT=PATH (privfgl's `--split-file` format, e.g. a privfgl run's own split
+written by privfgl.data.split_file.write_split) replaces the masks the authors' code drew.
+
 Split out: PEER_SPLIT_OUT=PATH writes the per-client train/val/test node ids the authors' code drew
 (global ids; the JSON format of privfgl's `--split-file`, privfgl.data.split_file). The split is
 drawn only when the processed client files do not exist yet under --root (the authors' FGLDataset
@@ -110,6 +113,18 @@ def _construct_from_file(num_clients, node_dict, G, graph_nx, train, val, test):
             f.write("".join(" ".join(str(int(v)) for v in node_dict[k]) + "\n" for k in range(num_clients)))
     subgraphs = _construct(num_clients=num_clients, node_dict=node_dict, G=G, graph_nx=graph_nx, train=train,
                            val=val, test=test)
+    given_split = os.environ.get("PEER_SPLIT")
+    if given_split:  # the file's masks replace the drawn ones (after the draw, so the streams are as before)
+        with open(given_split) as f:
+            split = json.load(f)
+        if len(split) != num_clients:
+            sys.exit(f"PEER_SPLIT {given_split}: {len(split)} clients, --num_clients is {num_clients}")
+        for k, sub in enumerate(subgraphs):
+            local = {int(v): i for i, v in enumerate(node_dict[k])}
+            for name in ("train", "val", "test"):
+                mask = torch.zeros(len(local), dtype=torch.bool)
+                mask[[local[int(v)] for v in split[k][name]]] = True
+                setattr(sub, f"{name}_idx", mask)
     split_out = os.environ.get("PEER_SPLIT_OUT")
     if split_out:  # local node i of client k is global node node_dict[k][i]
         split = [{name: [int(node_dict[k][i]) for i in torch.nonzero(getattr(sub, f"{name}_idx")).view(-1).tolist()]
