@@ -128,12 +128,13 @@ def parse_peer_log(text: str) -> dict:
     best test f1 macro: F" line the authors' code logs before the run's result is appended (a run that
     has not finished is left out, so a log cut short still gives its finished runs). Each run's
     seconds: from its PEER_RUN_START stamp to the next run's, the last to PEER_RUN_END."""
-    acc, f1, starts, end, best = [], [], [], None, None
+    acc, f1, starts, seeds, end, best = [], [], [], [], None, None
     for line in text.splitlines():
         if line.startswith("PEER_RUN_START") and line.split()[1] != "42":
             if best is not None:
                 acc.append(best[0]), f1.append(best[1])
             starts.append(float(line.split()[2]))
+            seeds.append(int(line.split()[1]))
             best = None
         elif line.startswith("best val acc:"):
             fields = dict(part.strip().rsplit(": ", 1) for part in line.split(","))
@@ -144,7 +145,7 @@ def parse_peer_log(text: str) -> dict:
         acc.append(best[0]), f1.append(best[1])
     seconds = [b - a for a, b in zip(starts, [*starts[1:], *([end] if end is not None else [])])][:len(acc)]
     percent = lambda values: [100 * v if v <= 1 else v for v in values]  # noqa: E731 (acc in %, F1 a fraction)
-    return {"acc": percent(acc), "f1": percent(f1), "seconds": seconds}
+    return {"acc": percent(acc), "f1": percent(f1), "seconds": seconds, "seeds": seeds[:len(acc)]}
 
 
 def run_privfgl(partition: str, split: Path | None = None) -> dict:

@@ -198,7 +198,8 @@ def main() -> int:
     ap.add_argument("--partition", type=Path, required=True, help="partition file (relative to --work)")
     ap.add_argument("--split", type=Path, required=True, help="split file (relative to --work)")
     ap.add_argument("--dump", type=Path, required=True, help="the authors' PEER_DUMP folder (relative to --work)")
-    ap.add_argument("--peer-log", type=Path, required=True, help="the log of that authors' run (relative to --work)")
+    ap.add_argument("--peer-log", type=Path, nargs="+", required=True,
+                    help="the logs of those authors' runs (relative to --work)")
     ap.add_argument("--stages", nargs="+", choices=("stats", "condense", *RUN_STAGES),
                     default=["stats", "condense", *RUN_STAGES])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="training seeds (those with a dump)")
@@ -213,8 +214,11 @@ def main() -> int:
     partition, split, dump_dir = work / args.partition, work / args.split, work / args.dump
     store = work / args.store
     results = json.loads(store.read_text()) if store.is_file() else {}
-    authors = parse_peer_log((work / args.peer_log).read_text())
-    results["authors"] = {str(s): {"acc": a, "f1": f} for s, a, f in zip(SEEDS, authors["acc"], authors["f1"])}
+    results["authors"] = {}
+    for log in args.peer_log:
+        authors = parse_peer_log((work / log).read_text())
+        results["authors"].update({str(s): {"acc": a, "f1": f}
+                                   for s, a, f in zip(authors["seeds"], authors["acc"], authors["f1"])})
     seeds = [s for s in args.seeds if (dump_dir / f"run{s}.pt").is_file()]
     dumps = {seed: load_dump(dump_dir, seed) for seed in seeds}
 

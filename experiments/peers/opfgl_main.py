@@ -40,6 +40,9 @@ global model's initial state_dict, and the condensed pseudo-graph (feat, edge_in
 labels) as the server broadcasts it. The functions are wrapped, not changed: main.py's module part
 is run first, the two client methods are wrapped, then its `__main__` part runs.
 
+More training seeds: main.py runs seeds 0, 1, 2 (`for runs in range(3)`); PEER_SEED_OFFSET=s makes
+them s, s+1, s+2 (the value handed to its seed_everything; the data seed 42 is left alone).
+
 Partition from outside: with PEER_PARTITION=PATH (one line of node ids per client, the format
 `privfgl partition` writes), the authors' data_partition still runs (so the random streams that
 their split then draws from are as in their pipeline) and its node -> client assignment is replaced
@@ -145,7 +148,12 @@ _seed_everything = base_util.seed_everything
 _RUN = {"seed": None}
 
 
+SEED_OFFSET = int(os.environ.get("PEER_SEED_OFFSET", "0"))
+
+
 def _seed_and_stamp(seed):
+    if seed != 42:  # main.py's runs 0, 1, 2 (42 is its data seed): with PEER_SEED_OFFSET=s, seeds s, s+1, s+2
+        seed += SEED_OFFSET
     print(f"PEER_RUN_START {seed} {time.perf_counter():.3f}", flush=True)
     _RUN["seed"] = seed
     _seed_everything(seed=seed)
