@@ -167,13 +167,13 @@ def table(results: dict) -> str:
     names = {"authors": "authors' code (their pseudo-graph, their init)",
              "privfgl": "privfgl as it is", "pseudo": "privfgl + the authors' pseudo-graph",
              "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G"}
-    rows = ["| run | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|"]
+    rows = ["| run | seeds | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|---|"]
     for stage in ("authors", *RUN_STAGES):
         per_seed = results.get(stage, {})
         if per_seed:
             seeds = sorted(per_seed, key=int)
             r = {k: [per_seed[s][k] for s in seeds] for k in ("acc", "f1")}
-            rows.append(f"| {names[stage]} | {mean_std(r['acc'])} | {mean_std(r['f1'])} | "
+            rows.append(f"| {names[stage]} | {', '.join(seeds)} | {mean_std(r['acc'])} | {mean_std(r['f1'])} | "
                         f"{' / '.join(f'{a:.2f}' for a in r['acc'])} |")
     text = "\n".join(rows) + "\n"
     if "stats" in results:
@@ -222,9 +222,15 @@ def main() -> int:
     seeds = [s for s in args.seeds if (dump_dir / f"run{s}.pt").is_file()]
     dumps = {seed: load_dump(dump_dir, seed) for seed in seeds}
 
-    def save(stage):
+    def save(stage):  # merged seed by seed: another call may run other seeds meanwhile
         stored = json.loads(store.read_text()) if store.is_file() else {}
-        store.write_text(json.dumps({**stored, **results}, indent=1))
+        for key, value in results.items():
+            if key in RUN_STAGES or key == "condense":
+                stored[key] = {**stored.get(key, {}), **value}
+                results[key] = dict(stored[key])
+            else:
+                stored[key] = value
+        store.write_text(json.dumps(stored, indent=1))
         print(stage, json.dumps(results[stage]), flush=True)
 
     for stage in args.stages:
