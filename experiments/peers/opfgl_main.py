@@ -198,7 +198,8 @@ def _dump_wrappers(client_cls, folder):
         return coeff, mean, std, origin
 
     def wrapped_model(self, model):
-        state.setdefault("init", {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
+        if self.client_id == 0:  # every client receives the same copy; client 0's is this run's
+            state["init"] = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         return receive_model(self, model)
 
     def wrapped_graph(self, feat, edge_index, edge_weight, labels):
