@@ -116,7 +116,7 @@ def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict]) -
         real_condense = opfgl_run.condense
 
         def capture(stats, *args, **kwargs):
-            captured["stats"] = stats
+            captured["stats"], captured["args"] = stats, ((stats, *args), kwargs)
             captured["pseudo"] = real_condense(stats, *args, **kwargs)
             raise _Stop
 
@@ -131,7 +131,34 @@ def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict]) -
                           "edges_authors": int(theirs.edge_index.shape[1]),
                           "loss_privfgl": alignment_loss(ours, stats, 1, 0.01),
                           "loss_authors": alignment_loss(theirs, stats, 1, 0.01)}
+        if "x_init" in dump:  # privfgl's condensation from the authors' starting point
+            replay = replay_condensation(captured["args"], dump)
+            dense = lambda g: g.dense_adjacency()
+            out[str(seed)].update({
+                "replay_max_abs_x_diff": float((replay.x - theirs.x).abs().max()),
+                "replay_max_abs_adj_diff": float((dense(replay) - dense(theirs)).abs().max()),
+                "replay_edges": int(replay.edge_index.shape[1]),
+                "loss_replay": alignment_loss(replay, stats, 1, 0.01)})
     return out
+
+
+def replay_condensation(call: tuple, dump: dict):
+    """privfgl's condense(*args, **kwargs) (as the run called it) started from the authors' X' and link
+    predictor (their PGE's layers.i / bns.i are privfgl's lins.i / bns.i)."""
+    from privfgl.methods.opfgl import condense as condense_module
+    args, kwargs = call
+    x_init = dump["x_init"]
+    link_state = {k.replace("layers.", "lins."): v for k, v in dump["link_init"].items()}
+    real_link = condense_module.LinkPredictor
+
+    def link_from_authors(*a, **k):
+        link = real_link(*a, **k)
+        link.load_state_dict(link_state)
+        return link
+
+    with mock.patch.object(condense_module, "LinkPredictor", link_from_authors), \
+            mock.patch.object(condense_module.torch, "randn", lambda *a, **k: x_init.clone()):
+        return condense_module.condense(*args, **kwargs)
 
 
 class _Stop(Exception):

@@ -36,7 +36,8 @@ and split are written (no training).
 Intermediates: PEER_DUMP=DIR saves, for each training run r (seed r), DIR/run{r}.pt holding what
 the ablation (experiments/opfgl_ablation.py) compares against privfgl: each client's revealed
 statistics as its get_distribution returned them (per-class count, mean, std, labelled count), the
-global model's initial state_dict, and the condensed pseudo-graph (feat, edge_index, edge_weight,
+global model's initial state_dict, the condensation's starting point (X' as drawn, the link
+predictor's initial state_dict) and the condensed pseudo-graph (feat, edge_index, edge_weight,
 labels) as the server broadcasts it. The functions are wrapped, not changed: main.py's module part
 is run first, the two client methods are wrapped, then its `__main__` part runs.
 
@@ -181,8 +182,10 @@ namespace = {"__name__": "__main__", "__file__": main_py}
 exec(compile(module_part, main_py, "exec"), namespace)
 
 
-def _dump_wrappers(client_cls, folder):
-    """Wrap Client.get_distribution / receive_model / receive_graph to save their values (unchanged)."""
+def _dump_wrappers(namespace, folder):
+    """Wrap Client.get_distribution / receive_model / receive_graph to save their values, and the link
+    predictor's class and the optimizer to save the condensation's starting point (all unchanged)."""
+    client_cls = namespace["Client"]
     os.makedirs(folder, exist_ok=True)
     state = {}
     get_distribution, receive_model, receive_graph = (client_cls.get_distribution, client_cls.receive_model,
@@ -213,8 +216,22 @@ def _dump_wrappers(client_cls, folder):
     client_cls.get_distribution, client_cls.receive_model, client_cls.receive_graph = (
         wrapped_distribution, wrapped_model, wrapped_graph)
 
+    class RecordedPGE(namespace["PGE"]):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            state["link_init"] = {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
+
+    adam = namespace["Adam"]
+
+    def recorded_adam(params, *args, **kwargs):
+        if isinstance(params, list) and len(params) == 1 and params[0].dim() == 2:  # Adam([feat_syn], lr_feat)
+            state["x_init"] = params[0].detach().cpu().clone()
+        return adam(params, *args, **kwargs)
+
+    namespace["PGE"], namespace["Adam"] = RecordedPGE, recorded_adam
+
 
 if os.environ.get("PEER_DUMP"):
-    _dump_wrappers(namespace["Client"], os.environ["PEER_DUMP"])
+    _dump_wrappers(namespace, os.environ["PEER_DUMP"])
 exec(compile(MAIN.lstrip("\n") + main_part, main_py, "exec"), namespace)
 print(f"PEER_RUN_END {time.perf_counter():.3f}", flush=True)
