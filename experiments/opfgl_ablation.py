@@ -12,6 +12,8 @@ script compares privfgl with them:
     privfgl      privfgl as it is (the `cora-louvain+` preset), seeds 0-2
     pseudo       privfgl with the authors' pseudo-graph of the same seed in place of its own
     pseudo+init  ... and with the authors' initial global model in place of privfgl's
+    replay+init  privfgl's own condensation started from the authors' X' and link predictor, and
+                 their initial global model: what float rounding alone does to the score
 
 If `pseudo+init` gives the authors' own score seed by seed, privfgl's stage 1 and stage 2 compute
 what theirs do, and whatever remains between `privfgl` and the authors lies in the condensation
@@ -42,7 +44,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 from authors_side_by_side_opfgl import PARTITION_SEED, SEEDS, parse_peer_log  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
-RUN_STAGES = ("privfgl", "pseudo", "pseudo+init")
+RUN_STAGES = ("privfgl", "pseudo", "pseudo+init", "replay+init")
 TAG = "opfgl_ablation"
 
 
@@ -174,7 +176,9 @@ def run_seed(stage: str, partition: Path, split: Path, seed: int, dump: dict | N
     if stage in ("pseudo", "pseudo+init"):
         pseudo = PseudoGraph.from_tensors(dump["pseudo"])
         patches.append(mock.patch.object(opfgl_run, "condense", lambda *a, **k: pseudo))
-    if stage == "pseudo+init":
+    if stage == "replay+init":  # privfgl's own condensation, from the authors' starting point
+        patches.append(mock.patch.object(opfgl_run, "condense", lambda *a, **k: replay_condensation((a, k), dump)))
+    if stage in ("pseudo+init", "replay+init"):
         init = dump["init"]
         patches.append(mock.patch.object(opfgl_run, "init_params", lambda *a, **k: {n: v.clone() for n, v in init.items()}))
     start = time.perf_counter()
@@ -193,7 +197,8 @@ def mean_std(values: list[float]) -> str:
 def table(results: dict) -> str:
     names = {"authors": "authors' code (their pseudo-graph, their init)",
              "privfgl": "privfgl as it is", "pseudo": "privfgl + the authors' pseudo-graph",
-             "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G"}
+             "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G",
+             "replay+init": "privfgl's condensation from the authors' X' and link predictor + their initial M_G"}
     rows = ["| run | seeds | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|---|"]
     for stage in ("authors", *RUN_STAGES):
         per_seed = results.get(stage, {})
