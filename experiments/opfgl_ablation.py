@@ -196,7 +196,8 @@ def mean_std(values: list[float]) -> str:
 
 def table(results: dict) -> str:
     names = {"authors": "authors' code (their pseudo-graph, their init)",
-             "privfgl": "privfgl as it is", "pseudo": "privfgl + the authors' pseudo-graph",
+             "privfgl": "privfgl (its own condensation and initial model)",
+             "pseudo": "privfgl + the authors' pseudo-graph",
              "pseudo+init": "privfgl + the authors' pseudo-graph + their initial M_G",
              "replay+init": "privfgl's condensation from the authors' X' and link predictor + their initial M_G"}
     rows = ["| run | seeds | acc % | macro-F1 % | per seed (acc) |", "|---|---|---|---|---|"]
@@ -217,10 +218,17 @@ def table(results: dict) -> str:
                  f"{s['max_abs_std_diff']:.1e}.\n")
     if "condense" in results:
         c = results["condense"]
+        def replay(v):
+            if "loss_replay" not in v:
+                return ""
+            return (f", privfgl from the authors' start {v['loss_replay'] * 1e4:.3f} ({v['replay_edges']} edges; "
+                    f"largest difference to theirs: X' {v['replay_max_abs_x_diff']:.3f}, an edge weight "
+                    f"{v['replay_max_abs_adj_diff']:.3f})")
         text += ("\nPseudo-graphs (privfgl's alignment loss on the same pooled statistics, means only, "
                  "×1e-4; edges): " + "; ".join(
                      f"seed {s}: privfgl {v['loss_privfgl'] * 1e4:.3f} ({v['edges_privfgl']} edges), authors "
-                     f"{v['loss_authors'] * 1e4:.3f} ({v['edges_authors']} edges)" for s, v in c.items()) + ".\n")
+                     f"{v['loss_authors'] * 1e4:.3f} ({v['edges_authors']} edges){replay(v)}"
+                     for s, v in sorted(c.items(), key=lambda kv: int(kv[0]))) + ".\n")
     return text
 
 
