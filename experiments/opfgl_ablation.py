@@ -107,8 +107,22 @@ def alignment_loss(pseudo, stats, hops: int, threshold: float) -> float:
     return loss
 
 
-def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict]) -> dict:
-    """Both codes' pseudo-graphs per seed: edges and privfgl's alignment loss on privfgl's pooled stats."""
+def logged_smoothness(log_text: str) -> dict[int, dict[int, float]]:
+    """The smoothness term the authors' code logs every 200 condensation loops: {seed: {loop: value}}."""
+    out, seed = {}, None
+    for line in log_text.splitlines():
+        if line.startswith("PEER_RUN_START"):
+            seed = int(line.split()[1])
+        elif line.startswith("loop ") and "smoothness loss:" in line and seed is not None:
+            out.setdefault(seed, {})[int(line.split()[1].rstrip(","))] = float(line.rsplit(":", 1)[1])
+    return out
+
+
+def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict], logged: dict) -> dict:
+    """Both codes' pseudo-graphs per seed: edges and privfgl's alignment loss on privfgl's pooled stats;
+    with the authors' starting point dumped, privfgl's condensation from it, and its smoothness term
+    against the one the authors' log prints (`logged`: logged_smoothness) at the same loops."""
+    from privfgl.methods.opfgl import condense as condense_module
     from privfgl.experiment import run
     from privfgl.methods.opfgl import run as opfgl_run
     from privfgl.methods.opfgl.condense import PseudoGraph
@@ -134,7 +148,21 @@ def compare_condensation(partition: Path, split: Path, dumps: dict[int, dict]) -
                           "loss_privfgl": alignment_loss(ours, stats, 1, 0.01),
                           "loss_authors": alignment_loss(theirs, stats, 1, 0.01)}
         if "x_init" in dump:  # privfgl's condensation from the authors' starting point
-            replay = replay_condensation(captured["args"], dump)
+            trace, real_smoothness = [], condense_module._smoothness
+
+            def traced(x, adj):
+                value = real_smoothness(x, adj)
+                trace.append(float(value.detach()))
+                return value
+
+            with mock.patch.object(condense_module, "_smoothness", traced):
+                replay = replay_condensation(captured["args"], dump)
+            theirs_logged = logged.get(seed, {})
+            early = [abs(trace[i] - v) for i, v in theirs_logged.items() if i <= 1000 and i < len(trace)]
+            late = [abs(trace[i] - v) for i, v in theirs_logged.items() if i > 1000 and i < len(trace)]
+            if early:
+                out[str(seed)].update({"smoothness_diff_to_loop_1000": max(early),
+                                       "smoothness_diff_after": max(late) if late else None})
             dense = lambda g: g.dense_adjacency()
             out[str(seed)].update({
                 "replay_max_abs_x_diff": float((replay.x - theirs.x).abs().max()),
@@ -221,9 +249,14 @@ def table(results: dict) -> str:
         def replay(v):
             if "loss_replay" not in v:
                 return ""
+            logged = ""
+            if v.get("smoothness_diff_to_loop_1000") is not None:
+                logged = (f"; its smoothness term against the authors' log: within "
+                          f"{v['smoothness_diff_to_loop_1000']:.0e} to loop 1000, {v['smoothness_diff_after']:.0e} "
+                          "after")
             return (f", privfgl from the authors' start {v['loss_replay'] * 1e4:.3f} ({v['replay_edges']} edges; "
                     f"largest difference to theirs: X' {v['replay_max_abs_x_diff']:.3f}, an edge weight "
-                    f"{v['replay_max_abs_adj_diff']:.3f})")
+                    f"{v['replay_max_abs_adj_diff']:.3f}{logged})")
         text += ("\nPseudo-graphs (privfgl's alignment loss on the same pooled statistics, means only, "
                  "×1e-4; edges): " + "; ".join(
                      f"seed {s}: privfgl {v['loss_privfgl'] * 1e4:.3f} ({v['edges_privfgl']} edges), authors "
@@ -260,6 +293,9 @@ def main() -> int:
         results["authors"].update({str(s): {"acc": a, "f1": f}
                                    for s, a, f in zip(authors["seeds"], authors["acc"], authors["f1"])})
     seeds = [s for s in args.seeds if (dump_dir / f"run{s}.pt").is_file()]
+    logged = {}
+    for log in args.peer_log:
+        logged.update(logged_smoothness((work / log).read_text()))
     dumps = {seed: load_dump(dump_dir, seed) for seed in seeds}
 
     def save(stage):  # merged seed by seed: another call may run other seeds meanwhile
@@ -281,7 +317,7 @@ def main() -> int:
             results.setdefault(stage, {})
             for seed in seeds:
                 if str(seed) not in results[stage]:
-                    results[stage].update(compare_condensation(partition, split, {seed: dumps[seed]}))
+                    results[stage].update(compare_condensation(partition, split, {seed: dumps[seed]}, logged))
                     save(stage)
         elif stage in RUN_STAGES:
             results.setdefault(stage, {})
