@@ -119,6 +119,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     a("--split", type=_ratios, help="train,val,test ratios per client and class (default 0.2,0.4,0.4)")
     a("--split-mode", help="stratified (default: per client and class) or random (per client, at least one "
                            "training node; FedOMD's 1%%/20%%/20%% split)")
+    a("--split-file", metavar="PATH", help="per-client train/val/test node ids from outside (JSON: one {\"train\", "
+                                           "\"val\", \"test\"} object of global node ids per client); replaces "
+                                           "the drawn split (docs/architecture.md)")
     a("--protocol", help="plain, crypten, ckks, bfv, secagg (pairwise masking with dropout; docs/secure-aggregation.md)")
     a("--crypten-mode", choices=("inprocess", "multiprocess"),
       help="crypten only: simulate the parties in this process (default) or run each client and the server "
@@ -225,9 +228,12 @@ def _read_config(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of settings, got {type(data).__name__}")
     from privfgl.data.partition_file import resolve_partition
+    from privfgl.data.split_file import resolve_split_file
     values = {k.replace("-", "_"): v for k, v in data.items()}
     if "partition" in values:  # file:PATH relative to the config file's folder
         values["partition"] = resolve_partition(values["partition"], path.parent)
+    if "split_file" in values:
+        values["split_file"] = resolve_split_file(values["split_file"], path.parent)
     return values
 
 

@@ -18,6 +18,7 @@ from privfgl.allocator import ALLOCATORS
 from privfgl.allocator import apply as apply_allocator
 from privfgl.data import client_subgraphs, load_dataset, partition_nodes, split_clients
 from privfgl.data.partition_file import is_file_partition, partition_files, read_partition
+from privfgl.data.split_file import read_split, split_file_bytes
 from privfgl.data.settings import CLOSED_SETTINGS, EVAL_SETTINGS, OPEN_SETTINGS, build_regime, regime_of
 from privfgl.data.splits import SPLIT_MODES
 from privfgl.errors import ConfigError
@@ -70,6 +71,8 @@ class RunConfig:
     optimizer: str = "adam"  # local optimizer: adam or sgd (privfgl.training.OPTIMIZERS)
     split: tuple[float, float, float] = DEFAULT_SPLIT
     split_mode: str = "stratified"  # or "random" (per client, >= 1 training node; FedOMD's 1/20/20 split)
+    split_file: str | None = None  # per-client train/val/test node ids from outside (privfgl.data.split_file);
+                                   # replaces the drawn split
     protocol: str = "plain"
     protocol_params: dict = field(default_factory=dict)
     dp: str | None = None  # message DP spec (privfgl.privacy.spec), e.g. "gaussian:sigma=1,clip=1,on=update,mode=central"
@@ -171,6 +174,15 @@ class RunConfig:
                               f"clients, one task level per third (--partition {TASK_PARTITION}), and only fedgpl does")
         if is_file_partition(self.partition):
             self._validate_file_partition()
+        if self.split_file is not None:
+            try:
+                split_file_bytes(self.split_file)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            if self.method == "fedgpl" or regime_of(self.evaluate) is not None:
+                raise ConfigError(f"--split-file {self.split_file}: a split from outside applies to a partition's "
+                                  "clients on the seen setting; valid: leave --split-file unset for fedgpl and for "
+                                  "--evaluate beyond seen")
         if self.method == "fedgpl" and self.clients % 3:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
@@ -385,7 +397,10 @@ def build_clients(cfg: RunConfig, data=None) -> ClientData:
         else:  # FedLoG's evaluation settings: K + 1 parts, missing classes removed (privfgl.data.settings)
             built = build_regime(data, regime, partition, cfg.clients, data_seed)
             clients, settings, extras["data_regime"] = built.clients, built.settings, built.metadata()
-        split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
+        if cfg.split_file is not None:  # given from outside: checked against the clients, fingerprinted
+            extras["split_file"] = read_split(cfg.split_file, clients)
+        else:
+            split_clients(clients, *cfg.split, seed=data_seed, mode=cfg.split_mode)
         if cfg.canaries:  # the auditor's canaries (privfgl.data.canaries): which trained stays in extras
             from privfgl.data.canaries import insert_canaries
             clients, extras["canaries"] = insert_canaries(clients, int(data.num_classes), cfg.canaries,

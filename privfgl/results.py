@@ -26,6 +26,8 @@ def make_record(config: dict, setup, total_s: float) -> dict:
         "metrics": {**setup.tracker.summary(), **setup.extras.get("metrics", {})},  # + a method's own metrics
         **({"partition_file": setup.extras["partition_file"]}  # --partition file:PATH: path, sha256, coverage
            if "partition_file" in setup.extras else {}),
+        **({"split_file": setup.extras["split_file"]}  # --split-file PATH: path, sha256, part sizes
+           if "split_file" in setup.extras else {}),
         **({"data_regime": setup.extras["data_regime"]} if "data_regime" in setup.extras else {}),  # --evaluate
         **({"canaries": record_block(setup.extras["canaries"])} if "canaries" in setup.extras else {}),  # --canaries
         **({"canary_clients": setup.extras["canary_clients"].record()}  # dp-audit's canary clients

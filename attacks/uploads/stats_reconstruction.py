@@ -88,7 +88,7 @@ class StatsReconstruction(Attack):
         for k in ks:
             c = setup.clients[k]
             v = client_statistics(c, setup.num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th,
-                                  p.d_th)
+                                  p.d_th, p.hre_ties)
             labels = torch.where(c.train_mask, c.y, v.soft_labels.argmax(dim=1))
             members = (c.train_mask | v.reliable) & v.sums.b.bool()[labels]
             xp = propagate_features(c.x, c.edge_index, p.hops).double()

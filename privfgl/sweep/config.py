@@ -40,7 +40,7 @@ parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes 
 method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
 knows the seed, as the record's `seed_warning` says). `partition = "file:PATH"`: a relative PATH is
 taken from the sweep file's folder, and the file's SHA-256 is part of the cell's key (an edited
-partition file is a new cell).
+partition file is a new cell); `split_file = "PATH"` likewise.
 """
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from privfgl.data.partition_file import file_sha256, is_file_partition, resolve_partition
+from privfgl.data.split_file import resolve_split_file, split_sha256
 from privfgl.errors import ConfigError
 
 # Cell options that are not run options: the sweep handles them.
@@ -78,6 +79,11 @@ class Cell:
             try:
                 identity["partition_sha256"] = file_sha256(self.options["partition"])
             except ValueError:  # missing: check_cells names it before anything runs
+                pass
+        if self.options.get("split_file"):
+            try:
+                identity["split_sha256"] = split_sha256(self.options["split_file"])
+            except ValueError:  # missing: RunConfig.validate names it before anything runs
                 pass
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
         slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.label).strip("_")[:60]
@@ -225,6 +231,8 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
             options = _merge(_merge(_merge(base, spec), dict(zip(axes, combo))), overrides or {})
             if "partition" in options:
                 options["partition"] = resolve_partition(options["partition"], path.parent)
+            if "split_file" in options:
+                options["split_file"] = resolve_split_file(options["split_file"], path.parent)
             cell = Cell(_label(options, list(axes), label), options)
             if cell.key in seen:
                 raise ConfigError(f"sweep config {path}: two cells have the same options ({cell.label})")

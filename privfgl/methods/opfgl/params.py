@@ -21,6 +21,7 @@ PRESET_PARTITION_SEED = 42
 VAR_DENOMINATORS = ("paper", "exact")  # N^c − m_c (Eq. 9) or N^c − 1 (exact pooled variance)
 ALIGN_TARGETS = ("std", "variance")  # code: match the std; paper Eq. 11: the variance
 COUNTS_PROTOCOLS = ("auto", "plain", "crypten", "ckks", "bfv")
+HRE_TIES = ("index", "topk")  # ties in H for HRE's top-K classes: lower class index, or the code's torch.topk
 DP_MODES = ("auto", "central", "distributed")  # auto: distributed under a secure protocol, central under plain
 
 # Protocol parameters O-pFGL needs by default, applied by privfgl.experiment only where the user did
@@ -41,6 +42,7 @@ class OPFGLParams:
     hre_k: int = 0                     # K: top-K homophily classes; 0 switches HRE off
     f_th: float = 0.95                 # confidence threshold (C2)
     d_th: int = 0                      # degree threshold (C1); 0 switches C1 off
+    hre_ties: str = "index"            # see HRE_TIES
     # upload and server (spec §1.5, §2)
     counts_protocol: str = "auto"      # auto: bfv when the run's protocol is ckks/bfv, else the run's
     var_denominator: str = "paper"     # see VAR_DENOMINATORS
@@ -70,6 +72,9 @@ class OPFGLParams:
     gamma_max: float | None = None
     fixed_gamma: float | None = None   # ablation: one gamma for every node
     distill: bool = True               # False: stage 2 is plain fine-tuning (ablation "ft")
+    code_loops: bool = False           # the authors' `range(n + 1)` loops: condense_iters + 1 condensation
+                                       # steps; stage checks after eval_every + 1, 2·eval_every + 1, … steps
+                                       # (personalize.Schedule.offset); False: n steps, checks after eval_every, …
     # node-level DP on the statistics (opfgl_dp; off while dp_epsilon is unset)
     dp_epsilon: float | None = None    # target ε of the one release
     dp_delta: float = 1e-5
@@ -126,6 +131,7 @@ def _check(p: OPFGLParams) -> None:
         need(p.gamma_min <= p.gamma_max, "gamma_min", f"a number <= gamma_max ({p.gamma_max})")
     need(p.var_denominator in VAR_DENOMINATORS, "var_denominator", ", ".join(VAR_DENOMINATORS))
     need(p.align in ALIGN_TARGETS, "align", ", ".join(ALIGN_TARGETS))
+    need(p.hre_ties in HRE_TIES, "hre_ties", ", ".join(HRE_TIES))
     need(p.counts_protocol in COUNTS_PROTOCOLS, "counts_protocol", ", ".join(COUNTS_PROTOCOLS))
     need(p.dp_mode in DP_MODES, "dp_mode", ", ".join(DP_MODES))
     need(0 < p.dp_delta < 1, "dp_delta", "a number in (0, 1)")

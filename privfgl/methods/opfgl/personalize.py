@@ -35,11 +35,15 @@ from privfgl.training import Params
 
 @dataclass(frozen=True)
 class Schedule:
-    """Adam learning rate, at most `max_iters` steps, a check every `eval_every`, `patience` checks."""
+    """Adam learning rate, at most `max_iters` steps, a check every `eval_every`, `patience` checks.
+    offset 1 (the authors' `for j in range(max_iters + 1)` loop, which checks at j ≥ eval_every,
+    j % eval_every == 0 after step j + 1): up to max_iters + 1 steps, checked after steps
+    eval_every + 1, 2·eval_every + 1, …; offset 0: checked after steps eval_every, 2·eval_every, …"""
     lr: float
     max_iters: int
     eval_every: int
     patience: int
+    offset: int = 0
 
 
 @dataclass
@@ -160,11 +164,13 @@ def train_early_stopping(params: Params, problem: Problem, graphs: "LocalGraphs"
     bad = torch.zeros(k_clients, dtype=torch.long, device=dev)
     stopped = torch.zeros(k_clients, dtype=torch.bool, device=dev)
     rows = torch.arange(graphs.y.numel(), device=dev)  # rows of `sub` in the full local graphs
-    for step in range(1, schedule.max_iters + 1):
+    last = schedule.max_iters + schedule.offset
+    for step in range(1, last + 1):
         opt.zero_grad()
         loss_fn(params).backward()
         opt.step()
-        if step % schedule.eval_every and step != schedule.max_iters:
+        counted = step - schedule.offset
+        if (counted % schedule.eval_every or counted == 0) and step != last:
             continue
         with torch.no_grad():
             current, logits = eval_fn(params)

@@ -143,8 +143,8 @@ def run_opfgl(setup: Setup) -> None:
     clients, num_classes, device = setup.clients, setup.num_classes, torch.device(setup.device)
 
     with timer.phase("client_stats"):
-        views = [client_statistics(c, num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th, p.d_th)
-                 for c in clients]
+        views = [client_statistics(c, num_classes, p.hops, p.min_count, p.lp_iters, p.lp_alpha, p.hre_k, p.f_th, p.d_th,
+                                   p.hre_ties) for c in clients]
     counts, sums = _upload(setup, views, p)
 
     with timer.phase("condense"):  # the server; under server_efficient every client (same seed)
@@ -154,7 +154,7 @@ def run_opfgl(setup: Setup) -> None:
             raise ValueError(f"opfgl: {int(sizes.sum())} pseudo-node(s) to condense, need >= 2 (the link predictor's "
                              "BatchNorm needs more than one pair); classes were withheld or empty: lower min_count or "
                              "min_contributors, or raise pseudo_nodes_per_class")
-        pseudo = condense(stats, sizes, setup.num_features, p.hops, iters=p.condense_iters, lr_feat=p.lr_feat,
+        pseudo = condense(stats, sizes, setup.num_features, p.hops, iters=p.condense_iters + int(p.code_loops), lr_feat=p.lr_feat,
                           lr_adj=p.lr_adj, hidden=p.link_hidden, threshold=p.edge_threshold,
                           feat_alpha=p.feat_alpha, smoothness_alpha=p.smoothness_alpha, align=p.align, seed=seed,
                           device=device)
@@ -168,11 +168,12 @@ def run_opfgl(setup: Setup) -> None:
 
     with timer.phase("stage1"):
         global_models = stage1({n: v.to(device) for n, v in init.items()}, pseudo, graphs, cfg.layers, p.dropout,
-                               Schedule(p.lr_stage1, p.max_iters, p.eval_every, p.patience))
+                               Schedule(p.lr_stage1, p.max_iters, p.eval_every, p.patience, int(p.code_loops)))
     with timer.phase("stage2"):
         gamma = _gamma(views, p)
         personal = stage2(global_models.params, graphs, None if gamma is None else gamma.to(device), cfg.layers,
-                          p.dropout, Schedule(p.lr_stage2, p.max_iters, p.eval_every, p.patience))
+                          p.dropout, Schedule(p.lr_stage2, p.max_iters, p.eval_every, p.patience,
+                                                int(p.code_loops)))
 
     def predict_on(eval_graphs: list) -> list[torch.Tensor]:
         """Client k's personalised GCN on eval_graphs[k]: list of [n_k, C]."""

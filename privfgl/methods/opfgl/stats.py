@@ -93,16 +93,23 @@ def distill_factor(class_homophily_sum: torch.Tensor) -> torch.Tensor:
 
 
 def reliable_nodes(soft_labels: torch.Tensor, train_mask: torch.Tensor, degree: torch.Tensor,
-                   class_homophily_sum: torch.Tensor, k: int, f_th: float, d_th: int) -> torch.Tensor:
+                   class_homophily_sum: torch.Tensor, k: int, f_th: float, d_th: int,
+                   ties: str = "index") -> torch.Tensor:
     """Eq. 7: bool mask [n] of unlabelled nodes with degree ≥ d_th (C1, off when d_th = 0),
     row-normalised LP confidence ≥ f_th (C2) and LP class among the top-k classes by H (C3).
-    Ties in H are broken by the lower class index. k = 0: no node (HRE off)."""
+    k = 0: no node (HRE off). Ties in H (the paper does not say; see HRE_TIES): "index" breaks them by
+    the lower class index, "topk" takes what the authors' code takes, torch.topk(w_dist, k,
+    largest=False) on the float32 factors (whichever tied class torch's CPU kernel returns)."""
     if k == 0:
         return torch.zeros_like(train_mask)
     conf, pred = (soft_labels / soft_labels.sum(dim=1, keepdim=True)).max(dim=1)
-    order = torch.sort(-class_homophily_sum, stable=True).indices
+    if ties == "topk":
+        chosen = torch.topk(distill_factor(class_homophily_sum).float(), min(k, class_homophily_sum.numel()),
+                            largest=False).indices
+    else:
+        chosen = torch.sort(-class_homophily_sum, stable=True).indices[:k]
     top = torch.zeros(class_homophily_sum.numel(), dtype=torch.bool)
-    top[order[:k]] = True
+    top[chosen] = True
     mask = ~train_mask & (conf >= f_th) & top[pred]
     if d_th > 0:
         mask &= degree >= d_th
@@ -150,13 +157,13 @@ class ClientView:
 
 
 def client_statistics(data: Data, num_classes: int, hops: int, min_count: int, lp_iters: int, lp_alpha: float,
-                      hre_k: int, f_th: float, d_th: int) -> ClientView:
+                      hre_k: int, f_th: float, d_th: int, hre_ties: str = "index") -> ClientView:
     """Everything client `data` computes before the upload (its own subgraph only)."""
     n = data.num_nodes
     train = data.train_mask
     soft = label_propagation(data.y, train, data.edge_index, num_classes, lp_iters, lp_alpha)
     homophily = class_homophily(data.y, train, data.edge_index, num_classes)
-    reliable = reliable_nodes(soft, train, degrees(data.edge_index, n), homophily, hre_k, f_th, d_th)
+    reliable = reliable_nodes(soft, train, degrees(data.edge_index, n), homophily, hre_k, f_th, d_th, hre_ties)
     labels = torch.where(train, data.y, soft.argmax(dim=1))
     xp = propagate_features(data.x, data.edge_index, hops)
     n_orig = torch.bincount(data.y[train], minlength=num_classes)
