@@ -40,7 +40,7 @@ class ClientHost:
                        "num_classes": built.num_classes,
                        "num_features": int(next(iter(self.clients.values())).num_features),
                        "node_counts": {k: int(c.num_nodes) for k, c in self.clients.items()},
-                       "extras": {k: v for k, v in built.extras.items() if k == "partition_file"}}
+                       "extras": {k: v for k, v in built.extras.items() if k in ("partition_file", "split_file")}}
         self.views = {k: ClientEvaluation(c, built.num_classes) for k, c in self.clients.items()}
         self.device = cfg.device
         self.trainers = None
