@@ -22,6 +22,7 @@ from attacks.dp.fedavg_audit import CanaryClientAudit
 from attacks.dp.gap_audit import CanaryEdgeAudit
 from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.dp.opfgl_audit import CanaryNodeAudit
+from attacks.dp.params import confidence_level
 from attacks.dp.sgd_audit import GradientCanaryAudit
 from attacks.dp.split_audit import CanaryRowAudit
 from attacks.view import AdversaryView
@@ -50,13 +51,7 @@ class DPAudit(Attack):
     name = "dp-audit"
 
     def __init__(self, **params):
-        confidence = params.get("confidence", 0.95)
-        try:
-            confidence = float(confidence)
-        except (TypeError, ValueError):
-            raise ValueError(f"dp-audit: confidence={confidence!r}: expected a number in (0.5, 1)") from None
-        if not 0.5 < confidence < 1:
-            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+        confidence_level(params.get("confidence", 0.95))
         self.params = params
         self.design: Attack | None = None
         # Before any run (CLI parse time): some design must take every given param and accept their values.

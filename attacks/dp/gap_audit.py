@@ -24,6 +24,7 @@ import numpy as np
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_edges import CanaryEdges
 from attacks.dp.estimators import per_step_bound
+from attacks.dp.params import confidence_level
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.privacy.accounting import gaussian_epsilon
@@ -60,12 +61,7 @@ class CanaryEdgeAudit(Attack):
             raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
         if not isinstance(client, int) or client < 0:
             raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")
-        try:
-            confidence = float(confidence)
-        except (TypeError, ValueError):
-            raise ValueError(f"dp-audit: confidence={confidence!r}: expected a number in (0.5, 1)") from None
-        if not 0.5 < confidence < 1:
-            raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+        confidence = confidence_level(confidence)
         self.canaries, self.client, self.seed, self.confidence = canaries, client, seed, confidence
         self.edges: CanaryEdges | None = None
 

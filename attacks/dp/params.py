@@ -2,6 +2,17 @@
 from __future__ import annotations
 
 
+def confidence_level(confidence) -> float:
+    """confidence as a float in (0.5, 1); ValueError naming it otherwise."""
+    try:
+        confidence = float(confidence)
+    except (TypeError, ValueError):
+        raise ValueError(f"dp-audit: confidence={confidence!r}: expected a number in (0.5, 1)") from None
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
+    return confidence
+
+
 def scale_and_confidence(scale, confidence) -> tuple[float, float]:
     """(scale, confidence) as floats: scale ≥ 1 (a canary's raw norm in units of the clip), confidence in
     (0.5, 1). ValueError naming the bad one otherwise."""
@@ -11,6 +22,4 @@ def scale_and_confidence(scale, confidence) -> tuple[float, float]:
         raise ValueError(f"dp-audit: scale={scale!r}, confidence={confidence!r}: expected numbers") from None
     if not scale >= 1:
         raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
-    if not 0.5 < confidence < 1:
-        raise ValueError(f"dp-audit: confidence={confidence}: valid: in (0.5, 1)")
-    return scale, confidence
+    return scale, confidence_level(confidence)

@@ -204,15 +204,21 @@ class Federation:
             _rename_clients(result, present, self.num_clients)
         else:
             result = protocol.aggregate(list(flats), reveal_to=reveal_to)
+        return self._reveal(round, name, result, layout[0], contributions, dp, sample_rate)
+
+    def _reveal(self, round: int, name: str, result, layout, contributions, dp, sample_rate: float) -> Tensors:
+        """What every sum does once the protocol revealed it: note who took part, its error bound and phase
+        seconds; add the auditor's canaries; book its messages on the channel; account (and, in central
+        mode, noise) the DP release. Returns the released sum with the contributions' fields."""
         self.participation[(round, name)] = result.survivors
         if dp is not None:
             dp.note_participation(round, name, len(result.survivors))
         self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
         for phase, seconds in result.phases.items():
             self.timer.add(phase, seconds)
-        total = unflatten(result.total, layout[0])
+        total = unflatten(result.total, layout)
         if self.canaries is not None and self.canaries.message == name:
-            total = unflatten(flatten(total)[0] + self.canaries.contribution(round, dp, result.total.numel()), layout[0])
+            total = unflatten(flatten(total)[0] + self.canaries.contribution(round, dp, result.total.numel()), layout)
         self._record_aggregation(round, name, contributions, result, total)
         if dp is not None:
             with self.timer.phase("dp_reveal"):
@@ -237,18 +243,7 @@ class Federation:
         result, plaintexts = remote_sum(protocol, uploads, present, reveal_to)
         if len(present) < self.num_clients:
             _rename_clients(result, present, self.num_clients)
-        self.participation[(round, name)] = result.survivors
-        if dp is not None:
-            dp.note_participation(round, name, len(result.survivors))
-        self.error_bounds[name] = max(self.error_bounds.get(name, 0.0), float(result.error_bound))
-        for phase, seconds in result.phases.items():
-            self.timer.add(phase, seconds)
-        total = unflatten(result.total, uploads.layout)
-        self._record_aggregation(round, name, plaintexts, result, total)
-        if dp is not None:
-            with self.timer.phase("dp_reveal"):
-                total = dp.reveal(total, sample_rate)
-        return total
+        return self._reveal(round, name, result, uploads.layout, plaintexts, dp, sample_rate)
 
     def compute(self, round: int, name: str, contributions: list[Tensors], function, reveal_to: dict,
                 options: dict | None = None) -> Tensors:
