@@ -57,16 +57,17 @@ def _plain(protocol, uploads: RemoteUploads, present: list[int], reveal_to: str)
     return result, {k: unflatten(t, uploads.layout) for k, t in tensors.items()}
 
 
-def _survivors(result: AggregationResult, present: list[int], sent: list[int]) -> None:
-    """A sum run over the clients that sent (`sent` ⊆ `present`): renamed into `present`'s protocol order,
-    the others reported dropped at their input."""
+def _survivors(result: AggregationResult, present: list[int], sent: list[int], rename: bool = True) -> None:
+    """A sum run over the clients that sent (`sent` ⊆ `present`): the others reported dropped at their input,
+    and with `rename` its parties (numbered over `sent`) renamed into `present`'s protocol order."""
     if sent == present:
         return
     position = {k: i for i, k in enumerate(present)}
-    names = {client(i): client(position[k]) for i, k in enumerate(sent)}
-    for t in result.transfers:
-        t.sender, t.receiver = names.get(t.sender, t.sender), names.get(t.receiver, t.receiver)
-    result.opened_by = tuple(names.get(p, p) for p in result.opened_by)
+    if rename:
+        names = {client(i): client(position[k]) for i, k in enumerate(sent)}
+        for t in result.transfers:
+            t.sender, t.receiver = names.get(t.sender, t.sender), names.get(t.receiver, t.receiver)
+        result.opened_by = tuple(names.get(p, p) for p in result.opened_by)
     result.details = {**result.details, "survivors": [position[k] for k in sent],
                       "dropped": {client(position[k]): "input" for k in present if k not in sent}}
     result.num_clients = len(present)
@@ -193,18 +194,10 @@ def _he(protocol, uploads: RemoteUploads, present: list[int], reveal_to: str) ->
     result = AggregationResult(total=total, transfers=transfers, num_clients=K,
                                opened_by=tuple(dict.fromkeys((client(0),) + openers)),
                                phases={"protect": t1 - t0, "aggregate": t2 - t1, "reveal": t3 - t2},
-                               error_bound=enc.error_bound if len(sent) == K else len(sent) * 2.0 ** -(enc.frac_bits + 1)
-                               if not enc.integer else 0.0,
+                               error_bound=enc.error_bound * len(sent) / K,  # the rounding of each input summed
                                server_context=enc.parameters, details=details)
-    _survivors_he(result, present, sent)
+    _survivors(result, present, sent, rename=False)  # its transfers are already in present's order
     return result
-
-
-def _survivors_he(result: AggregationResult, present: list[int], sent: list[int]) -> None:
-    if sent != present:
-        position = {k: i for i, k in enumerate(present)}
-        result.details = {**result.details, "survivors": [position[k] for k in sent],
-                          "dropped": {client(position[k]): "input" for k in present if k not in sent}}
 
 
 class RemoteHE:
