@@ -142,6 +142,8 @@ class RunConfig:
                               "are two DP mechanisms for the same upload; use one")
         for option in TRAINING_OPTIONS:  # a run option the method ignores is refused rather than lost
             value, why = getattr(self, option), unused_option(self.method, option)
+            if option == "engine" and value == "ray":  # where the clients run, not a training engine
+                continue
             if why is not None and value != _RUN_DEFAULTS[option]:
                 flag = "--" + option.replace("_", "-")
                 raise ConfigError(f"{self.method} does not use {flag} (given {value!r}): {why}; valid: leave {flag} "

@@ -266,6 +266,23 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster):
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
 
 
+# Each method written as client steps (privfgl.federation.client_steps), with the settings its test runs: seeded
+# noise where it has noise (each client draws from its own stream, so the draws are the same on any actor).
+STEP_METHODS = {
+    "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg"},
+}
+
+
+@pytest.mark.parametrize("method", sorted(STEP_METHODS))
+def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, method):
+    """The same record as in process (but for the config and the ray block), the bytes booked are the bytes
+    that crossed, and the driver holds none of the clients' data."""
+    in_process, on_actors, setup = _in_process_and_on_actors(cluster, method=method, **STEP_METHODS[method])
+    assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
+    assert on_actors["cost"]["wire_check"]["equal"] in (True, None)
+    assert setup.clients == [] and setup.tracker.clients == []
+
+
 def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster):
     """Distributed DP under secagg with sampling at q = 0.5: the coins and the noise shares are drawn on the
     actors (nothing of who took part reaches the driver), the release is accounted at q as in process."""

@@ -52,6 +52,15 @@ class Setup:
             return self.remote.trainers(self.model, self.method, init, seeds)
         return make_trainers(self.clients, self.model, init, self.method.engine, self.device, seeds)
 
+    def steps(self, allow_dead: bool = False):
+        """Where the method's client steps run (privfgl.federation.client_steps): ClientSteps over the clients'
+        data here, or ActorSteps on their Ray actors. allow_dead: on actors, a method that weighs the
+        survivors runs on when a client's actor dies (else that ends the run with one line)."""
+        if self.remote is not None:
+            return self.remote.steps(allow_dead)
+        from privfgl.federation.client_steps import ClientSteps  # noqa: PLC0415
+        return ClientSteps(self.clients)
+
     def rounds(self, desc: str):
         """range(rounds) with a progress bar on stderr (off when progress=False)."""
         return tqdm(range(self.method.rounds), desc=desc, disable=not self.method.progress, leave=False,

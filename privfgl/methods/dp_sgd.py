@@ -94,64 +94,84 @@ def optimizer(params, cfg) -> torch.optim.Optimizer:
     return kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+def _prepare(k: int, state: dict, data, model: MeanGCN, p: dict, hops: int, cfg, seed: int,
+             source: NoiseSource) -> None:
+    """Client k (a client step): its degree-bounded graph, k-hop batch, parameters (from the public initial
+    `model`, whose module only gives the forward pass), optimizer and noise source."""
+    n = int(data.num_nodes)
+    bounded = bound_degree(data.edge_index, n, p["degree"], seed=seed * 1000 + k,
+                           node_ids=getattr(data, "global_id", None))
+    train = data.train_mask.nonzero().view(-1)
+    nodes, adj = khop_batch(bounded, n, train, hops, p["degree"])
+    x = torch.cat([data.x.float(), torch.zeros(1, data.num_features)])
+    params = {name: v.detach().clone().requires_grad_(True) for name, v in model.named_parameters()}
+    state.update(x=x, adj_full=mean_adjacency(bounded, n), xb=x[nodes], adjb=adj, y=data.y[train],
+                 n_train=len(train), params=params, opt=optimizer(params.values(), cfg), model=model,
+                 mechanism=GaussianMechanism(p["sigma"], node_sensitivity(p["clip"], p["degree"], hops)),
+                 clip=p["clip"], source=source.for_client(k))
+
+
+def _train(k: int, state: dict, data, r: int, epochs: int, canaries) -> None:
+    """Client k: `epochs` DP-SGD steps (an auditor's gradient canaries join client canaries.client's)."""
+    if state["n_train"] == 0:
+        return
+    params = state["params"]
+    layout = [(n, v.numel()) for n, v in params.items()]  # private_gradient's flat layout
+    extra = canaries.rows(r, layout) if canaries is not None and canaries.client == k else None
+    for _ in range(epochs):
+        detached = {n: v.detach() for n, v in params.items()}
+        g = per_sample_grads(state["model"], detached, state["xb"], state["adjb"], state["y"])
+        noisy = private_gradient(g, state["clip"], state["mechanism"], state["source"], state["n_train"], extra)
+        for n, v in params.items():
+            v.grad = noisy[n]
+        state["opt"].step()
+
+
+def _predict(k: int, state: dict, data) -> torch.Tensor:
+    """Client k's logits [n_k, C] on its degree-bounded graph."""
+    with torch.no_grad():
+        return torch.func.functional_call(state["model"], state["params"], (state["x"][:-1], state["adj_full"]))
+
+
+def _upload(k: int, state: dict, data) -> dict:
+    """Client k's model (float64), a post-processing of its DP-SGD steps."""
+    return {n: v.detach().double() for n, v in state["params"].items()}
+
+
+def _receive(k: int, state: dict, data, new_global: dict) -> None:
+    with torch.no_grad():
+        for n, v in state["params"].items():
+            v.copy_(new_global[n])
+
+
 def run_dp_sgd(setup: Setup) -> None:
+    """Server loop; every client step runs where the client is (setup.steps(): in process or on its actor)."""
     m, fed, cfg = setup.method, setup.federation, setup.model
     p = dp_sgd_params(m.params)
     hops, timer = cfg.layers, fed.timer
-    mech = GaussianMechanism(p["sigma"], node_sensitivity(p["clip"], p["degree"], hops))
     source = NoiseSource.from_setting(p["seed"])
     setup.extras["dp"] = DPSGDReport(p, hops, m.rounds * m.local_epochs, source)
 
     model = initial_model(setup)
-    init = {n: v.detach().clone() for n, v in model.named_parameters()}
-    layout = [(n, v.numel()) for n, v in init.items()]  # private_gradient's flat layout
     canaries = setup.extras.get("gradient_canaries")
-    clients = []
+    clients = setup.steps(allow_dead=True)
     with timer.phase("dp_preprocess"):
-        for k, c in enumerate(setup.clients):
-            n = int(c.num_nodes)
-            bounded = bound_degree(c.edge_index, n, p["degree"], seed=m.seed * 1000 + k,
-                                   node_ids=getattr(c, "global_id", None))
-            train = c.train_mask.nonzero().view(-1)
-            nodes, adj = khop_batch(bounded, n, train, hops, p["degree"])
-            x = torch.cat([c.x.float(), torch.zeros(1, c.num_features)])
-            params = {name: v.clone().requires_grad_(True) for name, v in init.items()}
-            opt = optimizer(params.values(), cfg)
-            clients.append({"x": x, "adj_full": mean_adjacency(bounded, n), "xb": x[nodes], "adjb": adj,
-                            "y": c.y[train], "n_train": len(train), "params": params, "opt": opt})
-
-    def predict() -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [torch.func.functional_call(model, s["params"], (s["x"][:-1], s["adj_full"])) for s in clients]
+        clients.each(_prepare, model, p, hops, cfg, m.seed, source)
 
     for r in setup.rounds("dp-sgd"):
         with timer.phase("local_train"):
-            for k, s in enumerate(clients):
-                if s["n_train"] == 0:
-                    continue
-                extra = canaries.rows(r, layout) if canaries is not None and canaries.client == k else None
-                for _ in range(m.local_epochs):
-                    detached = {n: v.detach() for n, v in s["params"].items()}
-                    g = per_sample_grads(model, detached, s["xb"], s["adjb"], s["y"])
-                    noisy = private_gradient(g, p["clip"], mech, source, s["n_train"], extra)
-                    for n, v in s["params"].items():
-                        v.grad = noisy[n]
-                    s["opt"].step()
+            clients.train(_train, r, m.local_epochs, canaries)
         if m.evaluation == "local_model" or not p["federated"]:
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, predict())
+                clients.evaluate(setup.tracker, r, _predict)
         if not p["federated"]:
             continue
-        uploads = [{n: v.detach().double() for n, v in s["params"].items()} for s in clients]
-        sums = fed.aggregate(r, "model_update", uploads)
+        sums = fed.aggregate(r, "model_update", clients.uploads(_upload))
         survivors = len(fed.survivors(r, "model_update"))  # the uniform mean over the clients in the sum, not K
         new_global = {n: (v / survivors).float() for n, v in sums.items()}
         with timer.phase("broadcast"):
             new_global = fed.broadcast(r, "global_model", new_global)
-        with torch.no_grad():
-            for s in clients:
-                for n, v in s["params"].items():
-                    v.copy_(new_global[n])
+        clients.train(_receive, new_global)
         if m.evaluation == "global_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, predict())
+                clients.evaluate(setup.tracker, r, _predict)

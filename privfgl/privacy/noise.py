@@ -45,6 +45,17 @@ class NoiseSource:
             raise ValueError(f"a noise seed is an integer or {OS!r}, got {setting!r}")
         return cls(setting)
 
+    def for_client(self, k: int, purpose: int = 0x5EED) -> "NoiseSource":
+        """Client k's own source: OS entropy again, or a generator seeded from this seed, k and `purpose`
+        (client_steps.client_seed), so that a client draws the same noise wherever it runs. Its provenance
+        names this source's seed, which regenerates every client's."""
+        if self.secure:
+            return NoiseSource(None, secure=True)
+        from privfgl.federation.client_steps import client_seed  # noqa: PLC0415
+        own = NoiseSource(client_seed(self.seed, k, purpose))
+        own.seed = self.seed
+        return own
+
     def provenance(self, kind: str = "noise") -> dict:
         """The run record's fields on this source: {"noise_source": "os" | "seeded", "seed": N | None},
         plus "seed_warning" when seeded. kind="sampling" names them sampling_source, sampling_seed and

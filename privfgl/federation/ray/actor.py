@@ -18,7 +18,7 @@ import torch
 
 from privfgl.evaluation import ClientEvaluation
 from privfgl.federation.runtime import flatten
-from privfgl.federation.ray.wire import decode_tensors
+from privfgl.federation.ray.wire import decode_tensors, encode_tensors
 from protocols.secagg.protocol import _ANSWER  # round 4's answer header: kind (0: b, 1: s) || owner || x
 
 
@@ -52,6 +52,7 @@ class ClientHost:
         self.key_holder = None  # client 0's actor: the ckks/bfv protocol object, with the keys
         self.encryptors: dict = {}
         self.crypten_clients = cfg.clients
+        self.states: dict[int, dict] = {k: {} for k in self.members}  # each client's state of a method's steps
         self.dp = None
         if dp is not None:
             from privfgl.privacy import MessageDP  # noqa: PLC0415
@@ -86,11 +87,20 @@ class ClientHost:
         return {k: self.views[k].tally(out, with_loss) for k, out in zip(self.members, logits)}
 
     def make_upload(self, upload, name: str) -> tuple[list, bool]:
-        """Each client's message `upload(k, its params, received, its data)`, clipped and noised here when the
-        run's message DP protects `name` (unless its mode is central), flattened and kept for the sum that
-        follows; returns its public layout (field names and shapes) and whether it is integer."""
-        messages = [upload(k, self.trainers.get_params(i), self.received, self.clients[k])
-                    for i, k in enumerate(self.members)]
+        """Each client's message `upload(k, its params, received, its data)`, kept for the sum that follows
+        (``_keep``)."""
+        return self._keep(name, [upload(k, self.trainers.get_params(i), self.received, self.clients[k])
+                                 for i, k in enumerate(self.members)])
+
+    def step_upload(self, step, args: tuple, name: str) -> tuple[list, bool]:
+        """Each client's message step(k, its state, its data, *args) (a method's client step), kept for the
+        sum that follows (``_keep``)."""
+        return self._keep(name, [step(k, self.states[k], self.clients[k], *args) for k in self.members])
+
+    def _keep(self, name: str, messages: list) -> tuple[list, bool]:
+        """The clients' messages of sum `name`, clipped and noised here when the run's message DP protects
+        `name` (unless its mode is central), flattened and kept for the sum that follows; returns their public
+        layout (field names and shapes) and whether it is integer."""
         if self.dp is not None and self.dp.applies_to(name):
             messages = self.dp.protect(messages)
         self.pending, layouts = {}, []
@@ -101,6 +111,26 @@ class ClientHost:
         if any(lay != layouts[0] for lay in layouts):
             raise ValueError("upload: the clients of one actor sent different fields")
         return layouts[0], self.pending[self.members[0]].dtype == np.int64
+
+    # --- a method's client steps (privfgl.federation.client_steps) -------------------------------------
+    def each(self, step, args: tuple) -> dict[int, object]:
+        """Client -> step(k, its state, its data, *args); the result must be public (the step's contract)."""
+        return {k: step(k, self.states[k], self.clients[k], *args) for k in self.members}
+
+    def each_tally(self, predict, args: tuple, with_loss: bool) -> dict[int, dict]:
+        """Each client's evaluation counts of its logits predict(k, state, data, *args)."""
+        return {k: self.views[k].tally(predict(k, self.states[k], self.clients[k], *args), with_loss)
+                for k in self.members}
+
+    def each_message(self, step, args: tuple) -> dict[int, tuple]:
+        """Each client's clear message step(k, state, data, *args) as the bytes that cross (None: it sends
+        nothing)."""
+        out = {}
+        for k in self.members:
+            message = step(k, self.states[k], self.clients[k], *args)
+            if message is not None:
+                out[k] = encode_tensors(message)
+        return out
 
     # --- plain ---------------------------------------------------------------------------------------
     def plain_upload(self, clients: list[int]) -> dict[int, bytes]:

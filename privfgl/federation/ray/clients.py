@@ -18,7 +18,7 @@ import os
 from collections import Counter
 
 from privfgl.federation.ray.actor import ClientHost
-from privfgl.federation.ray.wire import encode_tensors
+from privfgl.federation.ray.wire import decode_tensors, encode_tensors
 from privfgl.training import LocalTrainers, ModelConfig, Params
 from protocols.base import PartyFailure
 
@@ -127,6 +127,9 @@ class ActorClients:
     def trainers(self, model: ModelConfig, method, init: list[Params], seeds: list[int] | None) -> "RemoteTrainers":
         return RemoteTrainers(self, model, method, init, seeds)
 
+    def steps(self, allow_dead: bool) -> "ActorSteps":
+        return ActorSteps(self, allow_dead)
+
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
         for actor in self.actors:
@@ -135,6 +138,62 @@ class ActorClients:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         remove_placement_group(self.placement)
+
+
+class ActorSteps:
+    """A method's client steps (privfgl.federation.client_steps) on the clients' actors: the same calls as
+    ClientSteps, run where each client is. Unless `allow_dead` (a method that weighs the survivors), a client
+    whose actor died ends the run with one line."""
+
+    remote = True
+
+    def __init__(self, clients: ActorClients, allow_dead: bool = False):
+        self.clients, self.num_clients, self.allow_dead = clients, clients.num_clients, allow_dead
+
+    def _check(self, what: str) -> None:
+        if self.clients.dead and not self.allow_dead:
+            raise PartyFailure(f"--engine ray: the actor of client(s) {sorted(self.clients.dead)} died during {what}; "
+                               "this method does not run on without them")
+
+    def _step_name(self, step) -> str:
+        return getattr(step, "__name__", "a step")
+
+    def each(self, step, *args) -> dict[int, object]:
+        """Client -> step(k, state, data, *args) (public results only), for the living clients."""
+        got = self.clients.gather("each", self.clients.alive_actors(), step, args)
+        self._check(self._step_name(step))
+        return {k: v for per_actor in got.values() for k, v in per_actor.items()}
+
+    def train(self, step, *args) -> None:
+        """``each`` without waiting or results: its errors surface at the next call that waits."""
+        self.clients.send("each", self.clients.alive_actors(), step, args)
+
+    def uploads(self, step, *args) -> RemoteUploads:
+        return RemoteUploads(self.clients, "step_upload", step, args)
+
+    def messages(self, federation, round: int, name: str, step, *args) -> dict[int, Params]:
+        """The clients' clear messages as serialized bytes, counted on the wire and booked on the channel."""
+        from privfgl.federation.messages import SERVER  # noqa: PLC0415
+        from protocols.base import client as client_name  # noqa: PLC0415
+        got = self.clients.gather("each_message", self.clients.alive_actors(), step, args)
+        self._check(self._step_name(step))
+        out = {}
+        for k, (header, data) in sorted(kv for per_actor in got.values() for kv in per_actor.items()):
+            self.clients.wire[(client_name(k), SERVER)] += len(data)
+            out[k] = federation.upload(round, k, name, decode_tensors(header, data))
+        return out
+
+    def evaluate(self, tracker, round: int, predict, *args, stage: str = "train") -> dict:
+        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
+        clients = self.clients
+        got = clients.gather("each_tally", clients.alive_actors(), predict, args, tracker.select == "val_loss")
+        self._check("evaluation")
+        for per_client in got.values():
+            clients.last_tallies.update(per_client)
+        missing = [k for k in range(self.num_clients) if k not in clients.last_tallies]
+        if missing:
+            raise PartyFailure(f"--engine ray: clients {missing} died before their first evaluation")
+        return tracker.evaluate_tallies(round, [clients.last_tallies[k] for k in range(self.num_clients)], stage)
 
 
 class RemoteTrainers(LocalTrainers):
@@ -188,22 +247,22 @@ class RemoteTrainers(LocalTrainers):
         return tracker.evaluate_tallies(round, [clients.last_tallies[k] for k in range(self.num_clients)], stage)
 
     def uploads(self, upload, received: Params, data) -> "RemoteUploads":
-        return RemoteUploads(self.clients, upload)
+        return RemoteUploads(self.clients, "make_upload", upload)
 
 
 class RemoteUploads:
-    """One sum's inputs: each living client's message `upload(k, params, received, data)`, computed and
-    kept on its actor (``prepare``). `layout` and `integer` are the messages' public shapes."""
+    """One sum's inputs: each living client's message (ClientHost.make_upload or step_upload with `args`),
+    computed and kept on its actor (``prepare``). `layout` and `integer` are the messages' public shapes."""
 
     remote = True
 
-    def __init__(self, clients: ActorClients, upload):
-        self.clients, self.upload = clients, upload
+    def __init__(self, clients: ActorClients, call: str, *args):
+        self.clients, self.call, self.args = clients, call, args
 
     def prepare(self, name: str) -> None:
         """The clients compute (and, if DP protects `name`, clip and noise) their messages of sum `name`."""
         clients = self.clients
-        answers = clients.gather("make_upload", clients.alive_actors(), self.upload, name)
+        answers = clients.gather(self.call, clients.alive_actors(), *self.args, name)
         if not answers:
             raise PartyFailure("--engine ray: every client actor is gone")
         (self.layout, self.integer), *rest = answers.values()

@@ -1,0 +1,72 @@
+"""Where a method's client-side steps run: ``ClientSteps`` runs them in this process;
+privfgl.federation.ray.clients.ActorSteps runs the same steps on the clients' Ray actors (``--engine ray``).
+
+A step is a module-level function ``step(k, state, data, *args) -> result``:
+- ``k``: the client's index;
+- ``state``: the client's private dict, kept where the client is from one step to the next (its model,
+  optimizer, noise source, caches);
+- ``data``: its subgraph (torch_geometric Data).
+
+The contract, which keeps a method's record the same in process and on actors:
+- a step reads only its own client's state and data, and the arguments the server sends;
+- every random draw comes from a stream in its state, seeded per client (``client_seed``), or from a DP
+  noise source; never from the process's global RNG, which actors do not share;
+- what ``each`` returns crosses to the server's process, so it must be public: sizes, a flag, nothing
+  derived from the client's private data. Messages go through ``uploads`` (a sum's inputs) or
+  ``messages`` (booked on the channel); evaluation through ``evaluate`` (counts only).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+Tensors = dict[str, torch.Tensor]
+Step = Callable[..., object]
+
+
+def client_seed(seed: int, k: int, purpose: int) -> int:
+    """Client k's seed for its stream `purpose` (a small constant per use) of the run seeded `seed`, from
+    NumPy's SeedSequence: the same wherever the client runs, independent across clients and purposes
+    (training.dropout_seeds is purpose 0xD20)."""
+    return int(np.random.SeedSequence([seed, int(k), purpose]).generate_state(1)[0])
+
+
+class ClientSteps:
+    """The clients' steps in this process, over their subgraphs; each client's state is a dict here."""
+
+    remote = False
+
+    def __init__(self, clients: list[Data]):
+        self.clients = clients
+        self.num_clients = len(clients)
+        self.states: list[dict] = [{} for _ in clients]
+
+    def each(self, step: Step, *args) -> dict[int, object]:
+        """Client k -> step(k, its state, its data, *args), for every client."""
+        return {k: step(k, self.states[k], c, *args) for k, c in enumerate(self.clients)}
+
+    def train(self, step: Step, *args) -> None:
+        """``each`` whose results stay with the clients (nothing returns to the server)."""
+        self.each(step, *args)
+
+    def uploads(self, step: Step, *args) -> list[Tensors]:
+        """Every client's message step(k, state, data, *args), the inputs of one Federation.aggregate."""
+        return [step(k, self.states[k], c, *args) for k, c in enumerate(self.clients)]
+
+    def messages(self, federation, round: int, name: str, step: Step, *args) -> dict[int, Tensors]:
+        """Clients whose step(k, state, data, *args) returns a message (not None) send it to the server in
+        the clear: booked on the channel (Federation.upload); client -> what the server received."""
+        out = {}
+        for k, c in enumerate(self.clients):
+            message = step(k, self.states[k], c, *args)
+            if message is not None:
+                out[k] = federation.upload(round, k, name, message)
+        return out
+
+    def evaluate(self, tracker, round: int, predict: Step, *args, stage: str = "train") -> dict:
+        """Every client's logits predict(k, state, data, *args) [n_k, C] into the tracker."""
+        logits = [predict(k, self.states[k], c, *args) for k, c in enumerate(self.clients)]
+        return tracker.evaluate(round, logits, stage)
