@@ -271,8 +271,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise ConfigError(str(e)) from None
     cfg = config_from_args(args)
     if cfg.engine == "ray":
-        raise ConfigError("audit --engine ray: not built; the attacks score against the clients' data, which stays "
-                          "on their actors (docs/cluster.md); run the audit in process (the same record)")
+        from privfgl.federation.ray.auditor import check_ray_audit
+        try:
+            check_ray_audit(attacks)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     try:
         check_audit(attacks, args.adversary, cfg.clients, cfg.canaries)
     except ValueError as e:
@@ -283,11 +286,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     check_outputs(args)
     if args.transcript is None and cfg.transcript == "last":
         cfg = dataclasses.replace(cfg, transcript="all")  # attacks read earlier rounds' payloads
+    on_ray = (attacks, args.adversary) if cfg.engine == "ray" else None  # scored by the auditor's actor
     try:
-        record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method))
+        record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method), ray_audit=on_ray)
     except ValueError as e:  # an attack's prepare refused the run (one line)
         raise ConfigError(str(e)) from None
-    record["attacks"] = [f.as_record() for f in run_attacks(setup, cfg, attacks, args.adversary)]
+    if on_ray is None:
+        record["attacks"] = [f.as_record() for f in run_attacks(setup, cfg, attacks, args.adversary)]
     if args.out:
         write_record(record, args.out)
     _save_view(args, setup, args.adversary)

@@ -254,11 +254,29 @@ def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, ca
     assert says in err and len(err.splitlines()) == 1
 
 
-def test_an_audit_on_actors_is_refused_in_one_line(capsys):
+def test_an_audit_on_actors_is_scored_by_the_auditors_actor_as_in_process(cluster, tmp_path):
+    """The attacks read the driver's view; the auditor's actor loads the truth and scores them: the findings
+    are the in-process audit's (float reductions may sum in another order: within 1e-5)."""
+    audit = ["audit", "--dataset", "cora", "--clients", "3", "--rounds", "2", "--offline", "--no-progress",
+             "--threads", "1", "--optimizer", "sgd", "--dropout", "0", "--attack", "label-inference", "--attack",
+             "link-stealing"]
+    assert main([*audit, "--out", str(tmp_path / "in.json")]) == 0
+    assert main([*audit, "--engine", "ray", "--ray-address", cluster, "--out", str(tmp_path / "ray.json")]) == 0
+    in_process, on_actors = (json.loads((tmp_path / f).read_text())["attacks"] for f in ("in.json", "ray.json"))
+    assert [(f["name"], f["target"]) for f in on_actors] == [(f["name"], f["target"]) for f in in_process]
+    assert len(in_process) == 6 + 6 and all("no_input" not in f["metrics"] for f in in_process)
+    for a, b in zip(in_process, on_actors):
+        assert a["metrics"].keys() == b["metrics"].keys() and a["baseline"] == pytest.approx(b["baseline"], abs=1e-5)
+        for key, value in a["metrics"].items():
+            assert b["metrics"][key] == (pytest.approx(value, abs=1e-5) if isinstance(value, float) else value), key
+
+
+def test_an_audit_on_actors_refuses_what_it_cannot_score_in_one_line(capsys):
     assert main(["audit", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline",
-                 "--attack", "gradient-inversion"]) == 2
+                 "--protocol", "secagg", "--attack", "secagg-collusion"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "audit --engine ray: not built" in err and len(err.splitlines()) == 1
+    assert "attack 'secagg-collusion' is not built: it is scored against each client's plaintext upload" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_local_training_on_actors_gives_the_in_process_record(cluster):

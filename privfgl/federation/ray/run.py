@@ -88,8 +88,10 @@ def driver_protocol(cfg, params: dict):
     return protocol
 
 
-def run_ray(cfg) -> tuple[dict, object]:
-    """The run record of `cfg` with its clients on Ray actors, and the driver's Setup."""
+def run_ray(cfg, audit: tuple | None = None) -> tuple[dict, object]:
+    """The run record of `cfg` with its clients on Ray actors, and the driver's Setup. audit: (attacks, adversary)
+    to run on the view by the auditor's actor (privfgl.federation.ray.auditor); the findings go to the record's
+    `attacks`."""
     from privfgl.experiment import _versions, effective_protocol_params, run_participation, seed_everything  # noqa: PLC0415
     from privfgl.federation.ray.clients import ActorClients  # noqa: PLC0415
     from privfgl.methods import METHODS, MethodConfig, Setup  # noqa: PLC0415
@@ -137,6 +139,10 @@ def run_ray(cfg) -> tuple[dict, object]:
         finally:
             protocol.close()
         wire = wire_check(federation, clients)
+        findings = None
+        if audit is not None:
+            from privfgl.federation.ray.auditor import audit_on_ray  # noqa: PLC0415
+            findings = audit_on_ray(setup, cfg, *audit, clients.timeout_s)
         usage = [u for _, u in sorted(clients.gather("usage", clients.alive_actors()).items())]
     finally:
         if clients is not None:
@@ -157,6 +163,8 @@ def run_ray(cfg) -> tuple[dict, object]:
                      "nodes": len({u["node"] for u in usage}),
                      "actor_usage": usage,  # per living actor: its node, clients and peak RSS (MB)
                      "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if findings is not None:
+        record["attacks"] = findings
     return record, setup
 
 
