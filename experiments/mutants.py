@@ -886,6 +886,21 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("SF7", "O-pFGL's code_loops: checks after eval_every, 2·eval_every, … steps (offset not subtracted)",
      "privfgl/methods/opfgl/personalize.py", "        counted = step - schedule.offset\n",
      "        counted = step\n", ["tests/test_opfgl_code_options.py", "-k", "code_loops"]),
+    ("STA1", "gap's client steps draw dropout from the process's global RNG, not the client's own stream (actors "
+     "do not share it)", "privfgl/methods/gap/run.py",
+     "    with global_rng(state):  # dropout",
+     "    if True:  # dropout",
+     ["tests/test_ray.py", "-k", "client_steps and gap"]),
+    ("STA2", "gap's hop noise from the run's one seeded source, not one per client (on actors every copy draws "
+     "the same noise)", "privfgl/methods/gap/run.py",
+     "source=source.for_client(k))",
+     "source=source)",
+     ["tests/gap/test_gap_runs.py", "tests/test_ray.py", "-k", "own_stream or (client_steps and gap)"]),
+    ("STA3", "fedomd on actors weighs the clients by node count (not macro over parties)",
+     "privfgl/methods/fedomd/selection.py",
+     "        tracker.weights = torch.ones(tracker.num_clients)\n",
+     "        tracker.weights = tracker.node_weights\n",
+     ["tests/test_ray.py", "-k", "client_steps and fedomd"]),
 ]
 
 

@@ -332,6 +332,13 @@ def test_the_same_seed_gives_the_same_run(sbm, runs):
     assert again["metrics"]["curve"] == runs["plain"][0]["metrics"]["curve"]
 
 
+def test_trace_prints_one_line_on_every_nth_round(sbm, capsys):
+    run(fedomd_config(method_params={**FAST, "trace": 2}), data=sbm)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fedomd round")]
+    assert [line.split(":")[0] for line in lines] == ["fedomd round 0", "fedomd round 2"]
+    assert all("beta*CMD" in line and "CMD by order" in line and "val_acc" in line for line in lines)
+
+
 def test_cmd_off_skips_the_statistics_exchange(sbm):
     _, setup = run(fedomd_config(rounds=1, method_params={"beta": 0, "patience": 0}), data=sbm)
     assert {m.name for m in setup.federation.transcript.view(SERVER)} >= {"model_update"}

@@ -247,6 +247,7 @@ def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(clu
     (["--dp", "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"], "a DP noise seed: each actor draws"),
     (["--clients-per-actor", "0"], "invalid clients_per_actor 0"),
     (["--protocol", "ckks", "--protocol-param", "preset=sum"], "ckks preset 'sum' is symmetric"),
+    (["--method", "fedomd", "--method-param", "trace=5"], "fedomd trace=N prints the clients' activations"),
 ])
 def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, capsys):
     assert main(["run", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline", *flags]) == 2
@@ -288,6 +289,10 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster):
 # noise where it has noise (each client draws from its own stream, so the draws are the same on any actor).
 STEP_METHODS = {
     "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg"},
+    "gap": {"method_params": {"seed": 5, "encoder_rounds": 2}, "protocol": "secagg"},
+    "gap-node": {"method": "gap", "method_params": {"unit": "node", "degree": 4, "seed": 5, "encoder_rounds": 2},
+                 "protocol": "secagg"},
+    "fedomd": {"method_params": {"patience": 0}, "protocol": "secagg"},
 }
 
 
@@ -295,7 +300,7 @@ STEP_METHODS = {
 def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, method):
     """The same record as in process (but for the config and the ray block), the bytes booked are the bytes
     that crossed, and the driver holds none of the clients' data."""
-    in_process, on_actors, setup = _in_process_and_on_actors(cluster, method=method, **STEP_METHODS[method])
+    in_process, on_actors, setup = _in_process_and_on_actors(cluster, **{"method": method, **STEP_METHODS[method]})
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
     assert on_actors["cost"]["wire_check"]["equal"] in (True, None)
     assert setup.clients == [] and setup.tracker.clients == []

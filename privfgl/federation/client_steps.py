@@ -17,7 +17,8 @@ The contract, which keeps a method's record the same in process and on actors:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -32,6 +33,25 @@ def client_seed(seed: int, k: int, purpose: int) -> int:
     NumPy's SeedSequence: the same wherever the client runs, independent across clients and purposes
     (training.dropout_seeds is purpose 0xD20)."""
     return int(np.random.SeedSequence([seed, int(k), purpose]).generate_state(1)[0])
+
+
+def rng_state(seed: int) -> torch.Tensor:
+    """A fresh CPU generator state seeded `seed` (a client's stream for ``global_rng``)."""
+    return torch.Generator().manual_seed(seed).get_state()
+
+
+@contextlib.contextmanager
+def global_rng(state: dict, key: str = "rng") -> Iterator[None]:
+    """torch's global CPU generator set to the client's own stream state[key] (``rng_state``) for the block,
+    then restored, the stream advanced: for the draws only the global generator serves (F.dropout, vmap's
+    randomness="different"), so that they are the client's own wherever it runs."""
+    saved = torch.get_rng_state()
+    torch.set_rng_state(state[key])
+    try:
+        yield
+    finally:
+        state[key] = torch.get_rng_state()
+        torch.set_rng_state(saved)
 
 
 class ClientSteps:

@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from privfgl.cli import main
 from privfgl.experiment import RunConfig, run
@@ -63,6 +64,23 @@ def test_a_seeded_run_repeats_and_another_noise_seed_changes_it(planetoid_root):
     assert a["metrics"]["curve"] == b["metrics"]["curve"]
     assert c["metrics"]["curve"] != a["metrics"]["curve"]
     assert "seed_warning" in a["privacy"]["dp"]
+
+
+def test_each_client_draws_its_hop_noise_from_its_own_stream_of_the_stated_width(planetoid_root, monkeypatch):
+    """One noise source per client (NoiseSource.for_client: what lets a client draw its noise on its own Ray
+    actor), each of unit width per unit std and pairwise uncorrelated; the record names the run's seed."""
+    import privfgl.methods.gap.run as gap
+    sources = []
+    real = gap.perturbed_hops
+    monkeypatch.setattr(gap, "perturbed_hops", lambda x, ei, hops, mech, source, *a: sources.append(source) or
+                        real(x, ei, hops, mech, source, *a))
+    record, _ = gap_run(planetoid_root)
+    assert len(sources) == 10 and len({id(s) for s in sources}) == 10
+    draws = torch.stack([s.gaussian((20000,), 1.0) for s in sources])
+    assert all(0.97 < float(d.std()) < 1.03 for d in draws)
+    corr = torch.corrcoef(draws) - torch.eye(10, dtype=draws.dtype)
+    assert float(corr.abs().max()) < 0.05  # independent streams: |r| ~ 0.007 each
+    assert record["privacy"]["dp"]["seed"] == 3
 
 
 def test_it_runs_from_the_cli_under_plain_and_secagg(planetoid_root, tmp_path, capsys):

@@ -19,7 +19,7 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd")  # client steps on actors (run_local,
+RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd")  # client steps on actors (run_local,
 # fedavg.run_rounds, and the methods written as client steps: privfgl.federation.client_steps)
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
@@ -27,6 +27,8 @@ RAY_REFUSED = {  # what else a user may ask for, and why it is not built with th
     "evaluate": "evaluation settings beyond seen (--evaluate) need the clients' graphs in the driver",
     "canaries": "the auditor's canary nodes (--canaries) are inserted by the driver",
     "absent_rate": "--absent-rate is not built with the clients on Ray actors (use --absent)",
+    "fedomd_trace": "fedomd trace=N prints the clients' activations and loss terms, which stay on their actors; "
+                    "valid with the clients on Ray actors: trace=0 (the default)",
 }
 
 
@@ -61,6 +63,10 @@ def check_ray_run(cfg) -> None:
         raise ConfigError(f"--engine ray: {RAY_REFUSED['canaries']}")
     if cfg.absent_rate:
         raise ConfigError(f"--engine ray: {RAY_REFUSED['absent_rate']}")
+    if cfg.method == "fedomd":
+        from privfgl.methods.fedomd.params import resolve_params  # noqa: PLC0415
+        if resolve_params(cfg.method_params).trace:
+            raise ConfigError(f"--engine ray: {RAY_REFUSED['fedomd_trace']}")
     if isinstance(cfg.clients_per_actor, bool) or not isinstance(cfg.clients_per_actor, int) \
             or cfg.clients_per_actor < 1:
         raise ConfigError(f"invalid clients_per_actor {cfg.clients_per_actor!r}; valid: an integer >= 1")

@@ -29,10 +29,14 @@ the record reports the macro average over parties at the selected round (fedomd_
 Statistics use all nodes of a client's subgraph (n_i = |V_i|; `stats_nodes=train`: its training
 nodes) from the same training-mode forward pass (dropout on) as the loss (spec B5 #5). Dropout
 masks come from one torch.Generator per client, seeded from (seed, client), so runs under
-different protocols draw the same masks.
+different protocols draw the same masks, and a client draws the same masks wherever it runs.
+The clients' side is written as client steps (privfgl.federation.client_steps: `_join`, `_forward`,
+`_hidden_sums`, ...); run_fedomd is the server's loop, in process or with the clients on Ray actors
+(`--engine ray`; `trace` is in process only).
 """
 from __future__ import annotations
 
+import copy
 import sys
 
 import numpy as np
@@ -186,15 +190,14 @@ class Client:
         return self.model(self.x, self.adj)[0].cpu()
 
 
-def _trace(r: int, clients: list[Client], entry: dict) -> None:
+def _trace(r: int, values: list[dict], entry: dict) -> None:
     """One stderr line: mean hidden output per layer, CE and β·CMD (averaged over clients), pooled
-    validation loss and macro validation/test accuracy of the global model."""
-    act = np.mean([c.activation for c in clients], axis=0)
-    ce, d = np.mean([c.terms for c in clients], axis=0)
-    gce, gd = np.mean([c.grad_norms for c in clients], axis=0)
-    orders = np.mean([c.per_order for c in clients], axis=0)
-    top = np.max([c.activation_max for c in clients], axis=0)
-    above = np.mean([c.clamped for c in clients], axis=0)
+    validation loss and macro validation/test accuracy of the global model. values: each client's
+    ``_trace_values``."""
+    mean = lambda key: np.mean([v[key] for v in values], axis=0)
+    act, (ce, d), (gce, gd), orders = mean("activation"), mean("terms"), mean("grad_norms"), mean("per_order")
+    top = np.max([v["activation_max"] for v in values], axis=0)
+    above = mean("clamped")
     print(f"fedomd round {r}: mean Z {' '.join(f'{a:.4g}' for a in act)} max Z {' '.join(f'{a:.3g}' for a in top)} "
           f"above b {' '.join(f'{a:.2g}' for a in above)} | CE {ce:.4f} beta*CMD {d:.4f} "
           f"|grad| {gce:.3g} {gd:.3g} CMD by order {' '.join(f'{o:.3g}' for o in orders)} | "
@@ -207,11 +210,63 @@ def build_model(setup: Setup, p: FedOMDParams) -> OrthoGCN:
                     p.oni_iters, p.beta_mix, p.oni_init_first)
 
 
-def _check_setup(setup: Setup, p: FedOMDParams) -> None:
-    if p.features == "row" and any(bool((c.x < 0).any()) for c in setup.clients):
+# --- the client steps (privfgl.federation.client_steps); state["client"] is the party's Client -----------------
+def _check(k: int, state: dict, data, p: FedOMDParams) -> dict[str, bool]:
+    """Client k's flags for the setup checks: negative features (under features=row), no training node."""
+    return {"negative": p.features == "row" and bool((data.x < 0).any()), "empty": not bool(data.train_mask.any())}
+
+
+def _join(k: int, state: dict, data, model: OrthoGCN, received: Tensors, p: FedOMDParams, seed: int,
+          device: str) -> None:
+    """Client k: its Client, with its own copy of the public `model` set to the broadcast `received`."""
+    own = copy.deepcopy(model)
+    own.load_state_dict(received)
+    state["client"] = Client(k, data, own, p, seed, torch.device(device))
+
+
+def _forward(k: int, state: dict, data) -> None:
+    state["client"].forward()
+
+
+def _hidden_sums(k: int, state: dict, data) -> Tensors:
+    return state["client"].upload_hidden_sums()
+
+
+def _moment_sums(k: int, state: dict, data, global_mean: Tensors, max_order: int) -> Tensors:
+    return state["client"].upload_moment_sums(global_mean, max_order)
+
+
+def _step(k: int, state: dict, data, p: FedOMDParams, global_mean: Tensors | None, global_moments: Tensors | None,
+          diagnose: bool) -> None:
+    state["client"].step(p, global_mean, global_moments, diagnose)
+
+
+def _upload_model(k: int, state: dict, data) -> Tensors:
+    return state["client"].upload_model()
+
+
+def _load(k: int, state: dict, data, received: Tensors) -> None:
+    state["client"].load(received)
+
+
+def _predict(k: int, state: dict, data) -> torch.Tensor:
+    return state["client"].predict()
+
+
+def _trace_values(k: int, state: dict, data) -> dict:
+    """Client k's diagnostics for `trace` (in process only: they derive from its data; --engine ray refuses
+    trace)."""
+    c = state["client"]
+    return {"activation": c.activation, "activation_max": c.activation_max, "clamped": c.clamped,
+            "terms": c.terms, "grad_norms": c.grad_norms, "per_order": c.per_order}
+
+
+def _check_setup(clients, p: FedOMDParams) -> None:
+    flags = clients.each(_check, p)  # public flags: a check of the run's settings against the data
+    if any(f["negative"] for f in flags.values()):
         raise ValueError("fedomd: features=row row-normalises non-negative (bag-of-words) features, but this dataset "
                          "has negative feature values; use features=raw")
-    empty = [k for k, c in enumerate(setup.clients) if not bool(c.train_mask.any())]
+    empty = sorted(k for k, f in flags.items() if f["empty"])
     if empty:
         raise ValueError(f"fedomd: client(s) {empty} have no training node; use --split-mode random (at least one "
                          "training node per client) or a larger training ratio in --split")
@@ -225,53 +280,51 @@ def _server_mean(sums: Tensors) -> tuple[Tensors, float]:
 
 def run_fedomd(setup: Setup) -> None:
     """A FedOMD run on `setup`: metrics to setup.tracker (replaced by PartyMacroTracker), bytes and
-    views to setup.federation."""
+    views to setup.federation. The server's loop; every client step runs where the client is (setup.steps():
+    in process or on its Ray actor)."""
     p = resolve_params(setup.method.params)
-    _check_setup(setup, p)
+    clients = setup.steps(allow_dead=True)  # every sum carries its own count n: the survivors' weights
+    _check_setup(clients, p)
     fed, timer, seed = setup.federation, setup.federation.timer, setup.method.seed
-    device = torch.device(setup.device)
-    setup.tracker = tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience, p.select)
+    if clients.remote:  # the clients evaluate themselves: their node counts (public sizes) only
+        tracker = PartyMacroTracker.from_counts(setup.tracker.node_counts, setup.num_classes, p.patience, p.select)
+    else:
+        tracker = PartyMacroTracker(setup.clients, setup.num_classes, p.patience, p.select)
+    setup.tracker = tracker
 
     torch.manual_seed(seed)
     init = build_model(setup, p)
     with timer.phase("broadcast"):
         received = fed.broadcast(0, "global_model", {n: v.detach().clone() for n, v in init.state_dict().items()})
-    clients = []
-    for k, data in enumerate(setup.clients):
-        model = build_model(setup, p)
-        model.load_state_dict(received)
-        clients.append(Client(k, data, model, p, seed, device))
+    clients.train(_join, init, received, p, seed, setup.device)
 
     for r in setup.rounds("fedomd"):
         with timer.phase("local_train"):
-            for c in clients:
-                c.forward()
+            clients.train(_forward)
         gmean = gmom = None
         if p.beta:
             with timer.phase("client_upload"):
-                up = [c.upload_hidden_sums() for c in clients]
+                up = clients.uploads(_hidden_sums)
             gmean, _ = _server_mean(guard_denominators(fed.dp, "hidden_sums", fed.aggregate(r, "hidden_sums", up)))
             with timer.phase("broadcast"):
                 gmean = fed.broadcast(r, "global_mean", gmean)
             with timer.phase("client_upload"):
-                up = [c.upload_moment_sums(gmean, p.max_order) for c in clients]
+                up = clients.uploads(_moment_sums, gmean, p.max_order)
             gmom, _ = _server_mean(guard_denominators(fed.dp, "moment_sums", fed.aggregate(r, "moment_sums", up)))
             with timer.phase("broadcast"):
                 gmom = fed.broadcast(r, "global_moments", gmom)
         with timer.phase("local_train"):
-            for c in clients:
-                c.step(p, gmean, gmom, diagnose=bool(p.trace) and r % p.trace == 0)
+            clients.train(_step, p, gmean, gmom, bool(p.trace) and r % p.trace == 0)
         with timer.phase("client_upload"):
-            up = [c.upload_model() for c in clients]
+            up = clients.uploads(_upload_model)
         new_global, _ = _server_mean(guard_denominators(fed.dp, "model_update", fed.aggregate(r, "model_update", up)))
         with timer.phase("broadcast"):
             received = fed.broadcast(r, "global_model", new_global)
         with timer.phase("set_params"):
-            for c in clients:
-                c.load(received)
+            clients.train(_load, received)
         with timer.phase("evaluate"):
-            entry = tracker.evaluate(r, [c.predict() for c in clients])
+            entry = clients.evaluate(tracker, r, _predict)
         if p.trace and r % p.trace == 0:
-            _trace(r, clients, entry)
+            _trace(r, [v for _, v in sorted(clients.each(_trace_values).items())], entry)
         if tracker.should_stop():
             break

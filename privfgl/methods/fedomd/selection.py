@@ -38,6 +38,18 @@ class PartyMacroTracker(RoundTracker):
         self.rounds_run = 0
         self.stopped_early = False
 
+    @classmethod
+    def from_counts(cls, node_counts: list[int], num_classes: int, patience: int = 0,
+                    select: str = "val_acc") -> "PartyMacroTracker":
+        """A tracker that holds no client data (the clients are Ray actors that evaluate themselves): their
+        node counts only, and their tallies each round (``evaluate_tallies``)."""
+        tracker = cls([], num_classes, patience, select)
+        tracker.num_clients = len(node_counts)
+        tracker.node_counts = [int(n) for n in node_counts]
+        tracker.node_weights = torch.tensor([float(n) for n in tracker.node_counts])
+        tracker.weights = torch.ones(tracker.num_clients)
+        return tracker
+
     def _better(self, entry: dict, best: dict | None) -> bool:
         if best is None:
             return True
@@ -46,9 +58,12 @@ class PartyMacroTracker(RoundTracker):
         return entry["val_acc"] > best["val_acc"] or \
             (entry["val_acc"] == best["val_acc"] and entry["val_loss"] < best["val_loss"])
 
-    def evaluate(self, round: int, logits: list[torch.Tensor], stage: str = "train") -> dict:
+    def evaluate_tallies(self, round: int, tallies: list[dict], stage: str = "train", predict_on=None) -> dict:
+        """RoundTracker's entry (macro weights), with the node-weighted test accuracy beside it and the best
+        round by `select`; ``evaluate`` (the clients' logits, in process) comes here with their tallies."""
         best = self.best
-        entry = super().evaluate(round, logits, stage)  # (its own val_loss update of self.best is replaced here)
+        entry = super().evaluate_tallies(round, tallies, stage, predict_on)  # (its val_loss choice of self.best
+        # is replaced here)
         accs = torch.tensor([c["test_acc"] for c in entry["per_client"]])
         entry["test_acc_weighted"] = weighted_mean(accs, self.node_weights)
         self.best = entry if self._better(entry, best) else best

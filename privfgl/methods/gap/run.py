@@ -16,15 +16,21 @@ target ε (accounting.py). Evaluation runs on the cached noisy aggregations of e
 An auditor (attacks/dp/gap_audit.py) may set `setup.extras["gap_canaries"]`: canary rows join one
 client's hop sums before the noise, and that client then sends its released sums H_1..H_K to the server
 ("gap_release"), a disclosure made only in an audit.
+The clients' side is written as client steps (privfgl.federation.client_steps: `_prepare`, `_start`,
+`_train`, `_upload`, `_load`, `_release`, `_predict`); run_gap is the server's loop, so the same run goes
+in process or with the clients on Ray actors (`--engine ray`). Each client draws its dropout masks from its
+own stream (training.dropout_seeds) and its noise from its own source (NoiseSource.for_client).
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
 
 from privfgl.errors import ConfigError
+from privfgl.federation.client_steps import global_rng, rng_state
 from privfgl.methods.base import Setup
 from privfgl.methods.gap.accounting import calibrate_sigma, release_counts, spent_epsilon
 from privfgl.methods.gap.aggregation import clean_edges, perturbed_hops
@@ -34,6 +40,7 @@ from privfgl.methods.gap.params import GapParams, resolve_params
 from privfgl.privacy.dpsgd import bound_degree
 from privfgl.privacy.mechanisms import GaussianMechanism
 from privfgl.privacy.noise import NoiseSource
+from privfgl.training import dropout_seeds
 
 NOT_PROTECTED = ("edge-level DP protects the edges only: the encoder and the classifier train on each client's "
                  "features and labels, and their uploads reveal what FedAvg uploads reveal about them")
@@ -84,72 +91,109 @@ def _optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     return kind(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def federated_training(setup: Setup, stage: str, models: list[torch.nn.Module], inputs: list, rounds: Iterable[int],
+# --- the client steps (privfgl.federation.client_steps); `part` is "encoder" or "classifier" ----------------
+def _prepare(k: int, state: dict, data, p: GapParams, seed: int, source: NoiseSource) -> int:
+    """Client k: its edges as the hops aggregate them (clean; node level: degree-bounded to D first, stable
+    ids, seeded by the run's seed and k), its features, its dropout stream and its noise source. Returns its
+    count of privacy units (directed edges; node level: nodes): a size, whose largest the record's δ rule
+    states."""
+    n, ei = int(data.num_nodes), data.edge_index
+    if p.unit == "node":
+        ei = bound_degree(ei, n, p.degree, seed=seed * 1000 + k, node_ids=getattr(data, "global_id", None))
+    edges = clean_edges(ei, n)
+    state.update(edges=edges, x=data.x.float(), rng=rng_state(dropout_seeds(seed, [k])[0]),
+                 source=source.for_client(k))
+    return n if p.unit == "node" else int(edges.shape[1])
+
+
+def _inputs(state: dict, part: str):
+    """The part's input: the features [n, f] (encoder), the cached hops [X_0..X_K] (classifier)."""
+    return state["x"] if part == "encoder" else state["hops"]
+
+
+def _start(k: int, state: dict, data, part: str, model: torch.nn.Module, received: dict, cfg) -> None:
+    """Client k's own copy of the public `model`, set to the broadcast `received`, and its optimizer."""
+    own = copy.deepcopy(model)
+    own.load_state_dict(received)
+    state[part] = {"model": own, "opt": _optimizer(own, cfg)}
+
+
+def _train(k: int, state: dict, data, part: str, epochs: int, private: dict | None) -> None:
+    """Client k: `epochs` local steps on its training nodes (DP-SGD from its own noise source if `private`)."""
+    if not bool(data.train_mask.any()):
+        return
+    own = state[part]
+    private = None if private is None else {**private, "source": state["source"]}
+    with global_rng(state):  # dropout (and vmap's per-node draws) from the client's own stream
+        _train_local(own["model"], own["opt"], _inputs(state, part), data.y, data.train_mask, epochs, private)
+
+
+def _predict(k: int, state: dict, data, part: str) -> torch.Tensor:
+    """Client k's logits [n_k, C] (eval mode)."""
+    with torch.no_grad():
+        return state[part]["model"].eval()(_inputs(state, part))
+
+
+def _upload(k: int, state: dict, data, part: str, private: bool) -> dict:
+    """n·W and n (n: the client's training nodes; 1 under node-level DP, where the count is data-dependent)."""
+    n = 1 if private else int(data.train_mask.sum())
+    up = {name: v.detach().double() * n for name, v in state[part]["model"].state_dict().items()}
+    up["n"] = torch.tensor(float(n), dtype=torch.float64)
+    return up
+
+
+def _load(k: int, state: dict, data, part: str, received: dict) -> None:
+    state[part]["model"].load_state_dict(received)
+
+
+def _release(k: int, state: dict, data, hops: int, mechanism: GaussianMechanism | None, canaries) -> dict | None:
+    """Client k's aggregation perturbation, once: X_0 = its final encoder's embeddings, K noisy hops on its
+    edges from its own noise source, cached for the classifier. The audited client (canaries.client) returns
+    its released sums (the message "gap_release"); the others send nothing."""
+    audited = canaries is not None and canaries.client == k
+    with torch.no_grad():
+        x0 = state["encoder"]["model"].eval().embed(state["x"])
+        state["hops"], released = perturbed_hops(x0, state["edges"], hops, mechanism, state["source"],
+                                                 canaries.rows if audited else None)
+    return {f"hop{i + 1}": t for i, t in enumerate(released)} if audited else None
+
+
+def federated_training(setup: Setup, clients, part: str, model: torch.nn.Module, rounds: Iterable[int],
                        evaluate: bool, private: dict | None = None) -> None:
-    """FedAvg of `models` (one per client, same architecture) over the rounds `rounds`: local training, then
-    n·W and n (n: the client's training nodes; 1 under node-level DP) through Federation.aggregate ("model_update" for the classifier, "encoder_update" for the
-    encoder), the weighted mean broadcast ("global_model" / "global_encoder"). `evaluate`: the tracker
-    gets every client's logits per round (per setup.method.evaluation). `private`: local steps are DP-SGD."""
+    """FedAvg of the clients' copies of `model` (the public initial module) over the rounds `rounds`: local
+    training, then n·W and n (n: the client's training nodes; 1 under node-level DP) through
+    Federation.aggregate ("model_update" for the classifier, "encoder_update" for the encoder), the weighted
+    mean broadcast ("global_model" / "global_encoder"). `evaluate`: the tracker gets every client's evaluation
+    per round (per setup.method.evaluation). `private` ({clip, mechanism}): local steps are DP-SGD."""
     m, fed, cfg, timer = setup.method, setup.federation, setup.model, setup.federation.timer
-    upload_name, global_name = ("model_update", "global_model") if stage == "classifier" else \
+    upload_name, global_name = ("model_update", "global_model") if part == "classifier" else \
         ("encoder_update", "global_encoder")
-    # FedAvg weights: the training-node counts; uniform under node-level DP, where a count is data-dependent
-    n_train = [int(c.train_mask.sum()) if private is None else 1 for c in setup.clients]
     with timer.phase("broadcast"):
-        received = fed.broadcast(0, global_name, {n: v.detach().clone() for n, v in models[0].state_dict().items()})
-    opts = []
-    for model in models:
-        model.load_state_dict(received)
-        opts.append(_optimizer(model, cfg))
-
-    def predict() -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [model.eval()(x) for model, x in zip(models, inputs)]
-
+        received = fed.broadcast(0, global_name, {n: v.detach().clone() for n, v in model.state_dict().items()})
+    clients.train(_start, part, model, received, cfg)
     for r in rounds:
         with timer.phase("local_train"):
-            for model, opt, x, c in zip(models, opts, inputs, setup.clients):
-                if bool(c.train_mask.any()):
-                    _train_local(model, opt, x, c.y, c.train_mask, m.local_epochs, private)
+            clients.train(_train, part, m.local_epochs, private)
         if evaluate and m.evaluation == "local_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, predict())
+                clients.evaluate(setup.tracker, r, _predict, part)
         with timer.phase("client_upload"):
-            uploads = []
-            for k, model in enumerate(models):
-                up = {n: v.detach().double() * n_train[k] for n, v in model.state_dict().items()}
-                up["n"] = torch.tensor(float(n_train[k]), dtype=torch.float64)
-                uploads.append(up)
+            uploads = clients.uploads(_upload, part, private is not None)
         sums = fed.aggregate(r, upload_name, uploads)
-        total = sums.pop("n").clamp(min=1.0)
+        total = sums.pop("n").clamp(min=1.0)  # Σ n over the clients in the sum: the survivors' weights
         new_global = {n: (s / total).float() for n, s in sums.items()}
         with timer.phase("broadcast"):
             received = fed.broadcast(r, global_name, new_global)
-        for model in models:
-            model.load_state_dict(received)
+        clients.train(_load, part, received)
         if evaluate and m.evaluation == "global_model":
             with timer.phase("evaluate"):
-                setup.tracker.evaluate(r, predict())
+                clients.evaluate(setup.tracker, r, _predict, part)
 
 
-def client_edges(setup: Setup, p: GapParams) -> list[torch.Tensor]:
-    """Each client's edges as the hops aggregate them: clean (edge level), or degree-bounded to D first
-    (node level; stable ids, seeded by the run's seed and the client)."""
-    out = []
-    for k, c in enumerate(setup.clients):
-        n, ei = int(c.num_nodes), c.edge_index
-        if p.unit == "node":
-            ei = bound_degree(ei, n, p.degree, seed=setup.method.seed * 1000 + k, node_ids=getattr(c, "global_id", None))
-        out.append(clean_edges(ei, n))
-    return out
-
-
-def delta_rule(setup: Setup, p: GapParams, edges: list[torch.Tensor]) -> str:
+def delta_rule(p: GapParams, counts: list[int]) -> str:
     """The δ rule, checked: δ < 1/(the largest client's count of units). ConfigError otherwise."""
-    if p.unit == "node":
-        count, what = max(int(c.num_nodes) for c in setup.clients), "n (the largest client's nodes)"
-    else:
-        count, what = max(int(e.shape[1]) for e in edges), "|E| (the largest client's directed edges)"
+    what = "n (the largest client's nodes)" if p.unit == "node" else "|E| (the largest client's directed edges)"
+    count = max(counts)
     if not p.delta < 1 / max(count, 1):
         raise ConfigError(f"gap: delta={p.delta:g} must be < 1/{what.split(' ')[0]} = 1/{count}; "
                           f"valid: delta < {1 / count:.3g}")
@@ -157,37 +201,26 @@ def delta_rule(setup: Setup, p: GapParams, edges: list[torch.Tensor]) -> str:
 
 
 def run_gap(setup: Setup) -> None:
+    """Server loop; every client step runs where the client is (setup.steps(): in process or on its actor)."""
     m, fed, cfg = setup.method, setup.federation, setup.model
     p = resolve_params(m.params)
-    edges = client_edges(setup, p)
     releases = release_counts(p, m.rounds, m.local_epochs)
     total = sum(releases.values())
     sigma = calibrate_sigma(p.epsilon, p.delta, total, p.accountant) if total else None
     source = NoiseSource.from_setting(p.noise_seed)
-    setup.extras["dp"] = GapReport(p, sigma, source, releases, delta_rule(setup, p, edges) if total else "no release")
+    clients = setup.steps(allow_dead=True)  # every sum carries its own Σ n: the survivors' weights
+    counts = clients.each(_prepare, p, m.seed, source)
+    setup.extras["dp"] = GapReport(p, sigma, source, releases,
+                                   delta_rule(p, list(counts.values())) if total else "no release")
     mechanism = GaussianMechanism(sigma, p.sensitivity) if sigma is not None and p.hops else None
     private = None
     if p.unit == "node" and sigma is not None:
-        private = {"clip": p.clip, "mechanism": GaussianMechanism(sigma, p.clip), "source": source}
-    K, h = len(setup.clients), cfg.hidden
+        private = {"clip": p.clip, "mechanism": GaussianMechanism(sigma, p.clip)}
 
-    torch.manual_seed(m.seed)
-    encoders = [Encoder(setup.num_features, h, setup.num_classes, p.encoder_layers, cfg.dropout) for _ in range(K)]
-    xs = [c.x.float() for c in setup.clients]
-    federated_training(setup, "encoder", encoders, xs, range(p.encoder_rounds), evaluate=False, private=private)
-
-    canaries = setup.extras.get("gap_canaries")
-    cached = []
-    with fed.timer.phase("dp_aggregate"), torch.no_grad():
-        for k, (enc, x, ei) in enumerate(zip(encoders, xs, edges)):
-            audited = canaries is not None and canaries.client == k
-            hops, released = perturbed_hops(enc.eval().embed(x), ei, p.hops, mechanism, source,
-                                            canaries.rows if audited else None)
-            cached.append(hops)
-            if audited:
-                fed.upload(0, k, "gap_release", {f"hop{i + 1}": t for i, t in enumerate(released)})
-
-    classifiers = [Classifier(h, setup.num_classes, p.hops, cfg.dropout) for _ in range(K)]
-    for c in classifiers[1:]:
-        c.load_state_dict(classifiers[0].state_dict())
-    federated_training(setup, "classifier", classifiers, cached, setup.rounds("gap"), evaluate=True, private=private)
+    torch.manual_seed(m.seed)  # the public initial models, built here
+    encoder = Encoder(setup.num_features, cfg.hidden, setup.num_classes, p.encoder_layers, cfg.dropout)
+    classifier = Classifier(cfg.hidden, setup.num_classes, p.hops, cfg.dropout)
+    federated_training(setup, clients, "encoder", encoder, range(p.encoder_rounds), evaluate=False, private=private)
+    with fed.timer.phase("dp_aggregate"):
+        clients.messages(fed, 0, "gap_release", _release, p.hops, mechanism, setup.extras.get("gap_canaries"))
+    federated_training(setup, clients, "classifier", classifier, setup.rounds("gap"), evaluate=True, private=private)
