@@ -94,16 +94,18 @@ def _optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
 # --- the client steps (privfgl.federation.client_steps); `part` is "encoder" or "classifier" ----------------
 def _prepare(k: int, state: dict, data, p: GapParams, seed: int, source: NoiseSource) -> int:
     """Client k: its edges as the hops aggregate them (clean; node level: degree-bounded to D first, stable
-    ids, seeded by the run's seed and k), its features, its dropout stream and its noise source. Returns its
-    count of privacy units (directed edges; node level: nodes): a size, whose largest the record's δ rule
-    states."""
+    ids, seeded by the run's seed and k), its features, its dropout stream and its noise source. Checks the δ
+    rule on its own count of privacy units (directed edges; node level: nodes), which one unit changes and
+    which therefore stays with the client: returns None when δ < 1/count, else the count (the run then stops
+    with one line naming it)."""
     n, ei = int(data.num_nodes), data.edge_index
     if p.unit == "node":
         ei = bound_degree(ei, n, p.degree, seed=seed * 1000 + k, node_ids=getattr(data, "global_id", None))
     edges = clean_edges(ei, n)
     state.update(edges=edges, x=data.x.float(), rng=rng_state(dropout_seeds(seed, [k])[0]),
                  source=source.for_client(k))
-    return n if p.unit == "node" else int(edges.shape[1])
+    count = n if p.unit == "node" else int(edges.shape[1])
+    return None if p.delta < 1 / max(count, 1) else count
 
 
 def _inputs(state: dict, part: str):
@@ -190,14 +192,16 @@ def federated_training(setup: Setup, clients, part: str, model: torch.nn.Module,
                 clients.evaluate(setup.tracker, r, _predict, part)
 
 
-def delta_rule(p: GapParams, counts: list[int]) -> str:
-    """The δ rule, checked: δ < 1/(the largest client's count of units). ConfigError otherwise."""
-    what = "n (the largest client's nodes)" if p.unit == "node" else "|E| (the largest client's directed edges)"
-    count = max(counts)
-    if not p.delta < 1 / max(count, 1):
+def delta_rule(p: GapParams, refused: list[int | None]) -> str:
+    """The δ rule, checked by each client on its own count of units (``_prepare``): a ConfigError names the
+    largest count of the clients that refused."""
+    what = "n (the client's nodes)" if p.unit == "node" else "|E| (the client's directed edges)"
+    counts = [c for c in refused if c is not None]
+    if counts:
+        count = max(counts)
         raise ConfigError(f"gap: delta={p.delta:g} must be < 1/{what.split(' ')[0]} = 1/{count}; "
                           f"valid: delta < {1 / count:.3g}")
-    return f"delta = {p.delta:g} < 1/{what} = 1/{count}"
+    return f"delta = {p.delta:g} < 1/{what}, checked by every client on its own count"
 
 
 def run_gap(setup: Setup) -> None:
@@ -209,9 +213,9 @@ def run_gap(setup: Setup) -> None:
     sigma = calibrate_sigma(p.epsilon, p.delta, total, p.accountant) if total else None
     source = NoiseSource.from_setting(p.noise_seed)
     clients = setup.steps(allow_dead=True)  # every sum carries its own Σ n: the survivors' weights
-    counts = clients.each(_prepare, p, m.seed, source)
+    refused = clients.each(_prepare, p, m.seed, source)
     setup.extras["dp"] = GapReport(p, sigma, source, releases,
-                                   delta_rule(p, list(counts.values())) if total else "no release")
+                                   delta_rule(p, list(refused.values())) if total else "no release")
     mechanism = GaussianMechanism(sigma, p.sensitivity) if sigma is not None and p.hops else None
     private = None
     if p.unit == "node" and sigma is not None:
