@@ -456,11 +456,12 @@ def run_participation(absent: dict, rate: float, num_clients: int, seed: int):
     return mask
 
 
-def run(cfg: RunConfig, data=None, prepare=(), ray_audit: tuple | None = None) -> tuple[dict, Setup]:
+def run(cfg: RunConfig, data=None, prepare=(), ray_audit: tuple | None = None, ray_pool=None) -> tuple[dict, Setup]:
     """Run one experiment; returns the run record (DESIGN.md schema) and the setup (transcript inside).
     `prepare`: callables given the setup before the method runs (an audit's canary clients:
     attacks.audit.prepare_attacks). `ray_audit`: (attacks, adversary) of an audit under --engine ray, run by
-    the auditor's actor before the clients' actors stop (privfgl.federation.ray.auditor)."""
+    the auditor's actor before the clients' actors stop (privfgl.federation.ray.auditor). `ray_pool`: warm
+    client actors for --engine ray (privfgl.federation.ray.clients.ActorPool)."""
     start = time.perf_counter()
     cfg.validate()  # before touching the thread count
     if cfg.engine == "ray":  # the clients on Ray actors: no client data in this process
@@ -468,7 +469,7 @@ def run(cfg: RunConfig, data=None, prepare=(), ray_audit: tuple | None = None) -
             raise ConfigError("--engine ray: the actors load the dataset themselves and audits that prepare the "
                               "run are not built; run it in process")
         from privfgl.federation.ray.run import run_ray
-        return run_ray(cfg, ray_audit)
+        return run_ray(cfg, ray_audit, ray_pool)
     threads_before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)

@@ -168,21 +168,30 @@ RUN = dict(method="fedavg", dataset="cora", partition="louvain", clients=3, roun
 NONDETERMINISTIC_BYTES = ("cost.bytes_up", "cost.bytes_down", "cost.by_link", "cost.bytes_up_per_client")
 
 
-def _in_process_and_on_actors(cluster, per_actor: int = 2, reference: dict | None = None, **settings):
+@pytest.fixture(scope="module")
+def pool(cluster):
+    """Warm client actors shared by the module's runs (ActorPool): each run resets them (ClientHost.reset)."""
+    from privfgl.federation.ray.clients import ActorPool
+    pool = ActorPool()
+    yield pool
+    pool.close()
+
+
+def _in_process_and_on_actors(cluster, pool, per_actor: int = 2, reference: dict | None = None, **settings):
     from privfgl.experiment import config_for, run
     in_process, _ = run(config_for({**RUN, **settings, **(reference or {})}))
     on_actors, setup = run(config_for({**RUN, **settings, "engine": "ray", "ray_address": cluster,
-                                       "clients_per_actor": per_actor}))
+                                       "clients_per_actor": per_actor}), ray_pool=pool)
     return in_process, on_actors, setup
 
 
 @pytest.mark.parametrize("protocol", ["plain", "secagg", "ckks", "crypten"])
-def test_fedavg_with_its_clients_on_actors_gives_the_in_process_record(cluster, protocol):
+def test_fedavg_with_its_clients_on_actors_gives_the_in_process_record(cluster, pool, protocol):
     """crypten's parties are the actors (one client each) and the server's own actor, over gloo: the record
     of crypten mode=multiprocess, whose parties are OS processes over gloo."""
     crypten = protocol == "crypten"
     in_process, on_actors, setup = _in_process_and_on_actors(
-        cluster, per_actor=1 if crypten else 2, protocol=protocol,
+        cluster, pool, per_actor=1 if crypten else 2, protocol=protocol,
         reference={"protocol_params": {"mode": "multiprocess"}} if crypten else None)
     differ = [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire_check"))]
     if protocol == "ckks":  # SEAL's compressed ciphertexts vary in size from run to run, in process too
@@ -209,6 +218,22 @@ def test_fedavg_with_its_clients_on_actors_gives_the_in_process_record(cluster, 
         assert received and all(m.tensors is None for m in received if m.kind != "aggregate")
     if protocol == "ckks":
         assert not hasattr(setup.federation.protocol, "_secret_key")  # the key holder's key is on client 0's actor
+
+
+def test_a_warm_actor_keeps_nothing_of_its_last_run(cluster, pool):
+    """ActorPool: a later run takes the same actors, and each one dropped the last run's clients, states and
+    keys before it loaded the new run's clients (ClientHost.reset)."""
+    import ray
+    from privfgl.experiment import config_for, run
+    on_ray = {**RUN, "engine": "ray", "ray_address": cluster, "clients_per_actor": 2}
+    first, _ = run(config_for({**on_ray, "protocol": "ckks"}), ray_pool=pool)
+    second, _ = run(config_for({**on_ray, "clients": 4, "method": "local"}), ray_pool=pool)
+    assert second["ray"]["warm_actors"] and [u["clients"] for u in second["ray"]["actor_usage"]] == [[0, 1], [2, 3]]
+    _, actors = pool.idle[2][1:]
+    held = ray.get([a.__ray_call__.remote(lambda host: (host.members, sorted(host.clients), host.key_holder,
+                                                        host.pending, host.received is None)) for a in actors])
+    assert [(m, c, key, pending) for m, c, key, pending, _ in held] == [([0, 1], [0, 1], None, {}),
+                                                                         ([2, 3], [2, 3], None, {})]
 
 
 def test_a_client_actor_killed_inside_a_secagg_sum_is_a_dropout(cluster):
@@ -280,8 +305,8 @@ def test_an_audit_on_actors_refuses_what_it_cannot_score_in_one_line(capsys):
     assert len(err.splitlines()) == 1
 
 
-def test_local_training_on_actors_gives_the_in_process_record(cluster):
-    in_process, on_actors, _ = _in_process_and_on_actors(cluster, method="local")
+def test_local_training_on_actors_gives_the_in_process_record(cluster, pool):
+    in_process, on_actors, _ = _in_process_and_on_actors(cluster, pool, method="local")
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
 
 
@@ -297,10 +322,10 @@ STEP_METHODS = {
 
 
 @pytest.mark.parametrize("method", sorted(STEP_METHODS))
-def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, method):
+def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, pool, method):
     """The same record as in process (but for the config and the ray block), the bytes booked are the bytes
     that crossed, and the driver holds none of the clients' data."""
-    in_process, on_actors, setup = _in_process_and_on_actors(cluster, **{"method": method, **STEP_METHODS[method]})
+    in_process, on_actors, setup = _in_process_and_on_actors(cluster, pool, **{"method": method, **STEP_METHODS[method]})
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
     assert on_actors["cost"]["wire_check"]["equal"] in (True, None)
     assert setup.clients == [] and setup.tracker.clients == []

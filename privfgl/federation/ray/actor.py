@@ -59,6 +59,14 @@ class ClientHost:
             spec, colluders = dp
             self.dp = MessageDP(spec, cfg.clients, colluders)
 
+    def reset(self, cfg, members: list[int], threads: int = 1, dp=None) -> dict:
+        """This actor, kept warm by an ActorPool, for another run: everything of the last run dropped (its
+        clients' data, models, states, keys), then set up as a new actor would be. Returns ``describe()``."""
+        self.close()
+        self.__dict__.clear()
+        self.__init__(cfg, members, threads, dp)
+        return self.describe()
+
     def describe(self) -> dict:
         """What is public about these clients: sizes, the feature count, the dataset's name and size."""
         return self.public
@@ -236,7 +244,7 @@ class ClientHost:
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
     def close(self) -> None:
-        if self.key_holder is not None:
+        if getattr(self, "key_holder", None) is not None:
             self.key_holder.close()
 
 

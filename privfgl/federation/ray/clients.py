@@ -30,29 +30,29 @@ class ActorClients:
     """K clients on ceil(K / per_actor) actors (actor a hosts clients a*per_actor .. (a+1)*per_actor - 1),
     spread over the cluster's nodes by a SPREAD placement group."""
 
-    def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S, dp=None):
+    def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S, dp=None,
+                 pool: "ActorPool | None" = None):
+        """pool: take warm actors from it (and give them back at ``close``), else start new ones."""
         import ray  # noqa: PLC0415
         self.ray = ray
         self.num_clients = cfg.clients
         self.timeout_s = timeout_s
         groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
-        # One bundle per actor in a placement group whose bundles Ray spreads over the nodes as evenly as it
-        # can ("SPREAD"); a token CPU share each, so that any number of actors fits on a small cluster.
-        from ray.util.placement_group import placement_group  # noqa: PLC0415
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
-        self.placement = placement_group([{"CPU": ACTOR_CPU}] * len(groups), strategy="SPREAD")
-        if not self.placement.wait(timeout_s):
-            raise PartyFailure(f"--engine ray: the cluster could not place {len(groups)} client actors within "
-                               f"{timeout_s:g} s")
-        host = ray.remote(num_cpus=ACTOR_CPU, max_restarts=0)(ClientHost)
-        self.actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, a))
-                       .remote(cfg, members, threads, dp) for a, members in enumerate(groups)]
-        self.members = groups
-        self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
+        # crypten's parties join a process group for one run: their actors are not reused
+        self.pool = pool if cfg.protocol != "crypten" else None
+        warm = self.pool.take(len(groups)) if self.pool is not None else None
         self.dead: set[int] = set()  # clients whose actor died
+        self.members = groups
         self.wire: Counter[tuple[str, str]] = Counter()
         self._sent: list[tuple[int, object]] = []  # (actor, ref) of calls sent without waiting
-        described = self.gather("describe", range(len(self.actors)))
+        self.warm = warm is not None
+        if warm is not None:
+            self.placement, self.actors = warm
+            described = self.gather("reset", range(len(groups)), per_actor=lambda a: (cfg, groups[a], threads, dp))
+        else:
+            self.placement, self.actors = self._start(groups, cfg, threads, dp, timeout_s)
+            described = self.gather("describe", range(len(self.actors)))
+        self.actor_of = {k: a for a, members in enumerate(groups) for k in members}
         if len(described) < len(self.actors):
             raise PartyFailure(f"--engine ray: client actors {self._missing(described)} died while loading their data")
         first = described[0]
@@ -61,6 +61,22 @@ class ActorClients:
         self.public = first
         self.node_counts = [described[self.actor_of[k]]["node_counts"][k] for k in range(cfg.clients)]
         self.last_tallies: dict[int, dict] = {}
+
+    @staticmethod
+    def _start(groups, cfg, threads: int, dp, timeout_s: float):
+        """A placement group of one bundle per actor, which Ray spreads over the nodes as evenly as it can
+        ("SPREAD"; a token CPU share each, so that any number of actors fits on a small cluster), and the
+        actors, one per bundle."""
+        import ray  # noqa: PLC0415
+        from ray.util.placement_group import placement_group  # noqa: PLC0415
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
+        placement = placement_group([{"CPU": ACTOR_CPU}] * len(groups), strategy="SPREAD")
+        if not placement.wait(timeout_s):
+            raise PartyFailure(f"--engine ray: the cluster could not place {len(groups)} client actors within "
+                               f"{timeout_s:g} s")
+        host = ray.remote(num_cpus=ACTOR_CPU, max_restarts=0)(ClientHost)
+        return placement, [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement, a))
+                           .remote(cfg, members, threads, dp) for a, members in enumerate(groups)]
 
     # --- calls -------------------------------------------------------------------------------------------
     def gather(self, method: str, actors, *args, per_actor=None) -> dict[int, object]:
@@ -131,13 +147,57 @@ class ActorClients:
         return ActorSteps(self, allow_dead)
 
     def close(self) -> None:
-        from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        remove_placement_group(self.placement)
+        """Stop the actors, or give them back to the pool when every one of them lives."""
+        if self.pool is not None and not self.dead:
+            self.pool.give(self.placement, self.actors)
+        else:
+            stop(self.ray, self.placement, self.actors)
+
+
+def stop(ray, placement, actors) -> None:
+    from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
+    for actor in actors:
+        try:
+            ray.kill(actor)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    remove_placement_group(placement)
+
+
+class ActorPool:
+    """Client actors kept warm between the runs of one driver (a benchmark's runs, a test module's, a
+    notebook's): a run of n actors takes the pool's n actors if it holds them (on the same Ray job), and
+    each actor drops everything of its last run and loads the new run's clients (``ClientHost.reset``),
+    so that the run skips the actors' start (their processes and imports). It gives them back at its end
+    if all of them live. crypten's runs start their own. ``close`` stops them."""
+
+    def __init__(self):
+        self.idle: dict[int, tuple] = {}  # actor count -> (Ray job, placement group, actors)
+
+    def take(self, n: int):
+        """(placement group, actors) of n warm actors of this Ray job, or None."""
+        import ray  # noqa: PLC0415
+        warm = self.idle.pop(n, None)
+        if warm is None:
+            return None
+        job, placement, actors = warm
+        if job != ray.get_runtime_context().get_job_id():
+            return None  # from an earlier Ray session: gone with it
+        return placement, actors
+
+    def give(self, placement, actors) -> None:
+        import ray  # noqa: PLC0415
+        old = self.idle.pop(len(actors), None)
+        if old is not None:
+            stop(ray, old[1], old[2])
+        self.idle[len(actors)] = (ray.get_runtime_context().get_job_id(), placement, actors)
+
+    def close(self) -> None:
+        import ray  # noqa: PLC0415
+        for job, placement, actors in self.idle.values():
+            if ray.is_initialized() and job == ray.get_runtime_context().get_job_id():
+                stop(ray, placement, actors)
+        self.idle = {}
 
 
 class ActorSteps:

@@ -94,10 +94,11 @@ def driver_protocol(cfg, params: dict):
     return protocol
 
 
-def run_ray(cfg, audit: tuple | None = None) -> tuple[dict, object]:
+def run_ray(cfg, audit: tuple | None = None, pool=None) -> tuple[dict, object]:
     """The run record of `cfg` with its clients on Ray actors, and the driver's Setup. audit: (attacks, adversary)
     to run on the view by the auditor's actor (privfgl.federation.ray.auditor); the findings go to the record's
-    `attacks`."""
+    `attacks`. pool: a privfgl.federation.ray.clients.ActorPool whose warm actors the run takes and gives back
+    (a driver's later runs on the same Ray skip the actors' start)."""
     from privfgl.experiment import _versions, effective_protocol_params, run_participation, seed_everything  # noqa: PLC0415
     from privfgl.federation.ray.clients import ActorClients  # noqa: PLC0415
     from privfgl.methods import METHODS, MethodConfig, Setup  # noqa: PLC0415
@@ -126,7 +127,7 @@ def run_ray(cfg, audit: tuple | None = None) -> tuple[dict, object]:
         if spec is not None:  # the accountant and the central noise here; clipping and client noise on the actors
             colluders = tolerated_colluders(protocol, cfg.clients)  # ckks/bfv: the stand-in has no preset: K - 1
             message_dp, dp = MessageDP(spec, cfg.clients, colluders), (spec, colluders)
-        clients = ActorClients(cfg, cfg.clients_per_actor, threads, dp=dp)
+        clients = ActorClients(cfg, cfg.clients_per_actor, threads, dp=dp, pool=pool)
         federation = Federation(cfg.clients, protocol, Transcript(cfg.transcript), dp=message_dp,
                                 absent=run_participation(cfg.absent, 0.0, cfg.clients, cfg.seed))
         model = ModelConfig(cfg.model, cfg.hidden, cfg.layers, cfg.dropout, cfg.lr, cfg.weight_decay, cfg.optimizer)
@@ -165,6 +166,7 @@ def run_ray(cfg, audit: tuple | None = None) -> tuple[dict, object]:
     record = make_record(config, setup, total_s)
     record["cost"]["wire_check"] = wire
     record["ray"] = {"actors": len(clients.actors), "clients_per_actor": cfg.clients_per_actor,
+                     "warm_actors": clients.warm,  # taken from an ActorPool: their start is not in this run
                      "dead_clients": sorted(clients.dead), "torch_threads_per_actor": threads,
                      "nodes": len({u["node"] for u in usage}),
                      "actor_usage": usage,  # per living actor: its node, clients and peak RSS (MB)
