@@ -886,6 +886,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("SF7", "O-pFGL's code_loops: checks after eval_every, 2·eval_every, … steps (offset not subtracted)",
      "privfgl/methods/opfgl/personalize.py", "        counted = step - schedule.offset\n",
      "        counted = step\n", ["tests/test_opfgl_code_options.py", "-k", "code_loops"]),
+    ("STC1", "FedSpray's client step draws its dropout masks from the process's global RNG, not its own stream "
+     "(on actors the record differs from in process)", "privfgl/methods/fedspray/run.py",
+     "            self.graph.generators = [torch.Generator(device).manual_seed(dropout_seeds(seed, [k])[0])]\n",
+     "            pass\n", ["tests/test_ray.py", "-k", "client_steps and fedspray"]),
 ]
 
 

@@ -270,6 +270,7 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster):
 # noise where it has noise (each client draws from its own stream, so the draws are the same on any actor).
 STEP_METHODS = {
     "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg"},
+    "fedspray": {"method_params": {"dropout": 0.5}, "protocol": "secagg"},  # dropout: each client's own stream
 }
 
 
