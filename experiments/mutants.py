@@ -890,6 +890,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "(on actors the record differs from in process)", "privfgl/methods/fedspray/run.py",
      "            self.graph.generators = [torch.Generator(device).manual_seed(dropout_seeds(seed, [k])[0])]\n",
      "            pass\n", ["tests/test_ray.py", "-k", "client_steps and fedspray"]),
+    ("STC2", "FedGPL's evaluation loader draws its seed from the process's global RNG (in process it shifts the "
+     "server's trunk dropout masks: on actors the record differs)", "privfgl/methods/fedgpl/run.py",
+     "batch_size=batch_size, generator=torch.Generator()):", "batch_size=batch_size):",
+     ["tests/test_ray.py", "-k", "client_steps and fedgpl"]),
 ]
 
 

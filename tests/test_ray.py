@@ -247,6 +247,12 @@ def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(clu
     (["--dp", "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"], "a DP noise seed: each actor draws"),
     (["--clients-per-actor", "0"], "invalid clients_per_actor 0"),
     (["--protocol", "ckks", "--protocol-param", "preset=sum"], "ckks preset 'sum' is symmetric"),
+    (["--method", "fedgpl", "--partition", "tasks", "--protocol", "crypten", "--method-param", "tau_in=crypten"],
+     "fedgpl tau_in=crypten computes τ on CrypTen shares"),
+    (["--method", "fedgpl", "--partition", "tasks", "--method-param", "eval_dropout=true"],
+     "fedgpl eval_dropout=true draws the trunk's evaluation dropout"),
+    (["--method", "fedgpl", "--partition", "tasks", "--dp", "laplace:epsilon=1,clip=1,on=split,mode=local"],
+     "fedgpl's split DP (--dp on=m1|m2|m3|m4|split) is not built"),
 ])
 def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, capsys):
     assert main(["run", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline", *flags]) == 2
@@ -271,6 +277,8 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster):
 STEP_METHODS = {
     "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg"},
     "fedspray": {"method_params": {"dropout": 0.5}, "protocol": "secagg"},  # dropout: each client's own stream
+    "fedgpl": {"partition": "tasks", "method_params": {"dim": 16, "hidden": 16, "max_per_class": 12,
+                                                        "pretrain_epochs": 1}, "protocol": "secagg"},
 }
 
 

@@ -33,6 +33,7 @@ class ActorClients:
     def __init__(self, cfg, per_actor: int, threads: int = 1, timeout_s: float = TIMEOUT_S, dp=None):
         import ray  # noqa: PLC0415
         self.ray = ray
+        self.cfg = cfg
         self.num_clients = cfg.clients
         self.timeout_s = timeout_s
         groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
@@ -129,6 +130,18 @@ class ActorClients:
 
     def steps(self, allow_dead: bool) -> "ActorSteps":
         return ActorSteps(self, allow_dead)
+
+    def task(self, fn, *args):
+        """fn(the run's config, *args) in a Ray task of its own, no client's actor: server-side work that builds
+        from the config what the method takes as public (FedGPL's pretraining pool); its result, within
+        timeout_s."""
+        ray = self.ray
+        ref = ray.remote(num_cpus=ACTOR_CPU, max_retries=0)(fn).remote(self.cfg, *args)
+        try:
+            return ray.get(ref, timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise PartyFailure(f"--engine ray: the task {getattr(fn, '__name__', fn)} sent no answer within "
+                               f"{self.timeout_s:g} s") from None
 
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
