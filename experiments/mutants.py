@@ -901,6 +901,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "        tracker.weights = torch.ones(tracker.num_clients)\n",
      "        tracker.weights = tracker.node_weights\n",
      ["tests/test_ray.py", "-k", "client_steps and fedomd"]),
+    ("STC1", "FedSpray's client step draws its dropout masks from the process's global RNG, not its own stream "
+     "(on actors the record differs from in process)", "privfgl/methods/fedspray/run.py",
+     "            self.graph.generators = [torch.Generator(device).manual_seed(dropout_seeds(seed, [k])[0])]\n",
+     "            pass\n", ["tests/test_ray.py", "-k", "client_steps and fedspray"]),
+    ("STC2", "FedGPL's evaluation loader draws its seed from the process's global RNG (in process it shifts the "
+     "server's trunk dropout masks: on actors the record differs)", "privfgl/methods/fedgpl/run.py",
+     "batch_size=batch_size, generator=torch.Generator()):", "batch_size=batch_size):",
+     ["tests/test_ray.py", "-k", "client_steps and fedgpl"]),
 ]
 
 

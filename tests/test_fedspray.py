@@ -7,7 +7,7 @@ import torch
 from privfgl.data import load_dataset
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
-from privfgl.methods.fedspray.run import FedSprayClients, server_update
+from privfgl.methods.fedspray.run import FedSprayClient, server_update
 from privfgl.methods.fedspray.model import embed, head, init_encoder, initial_proxies
 from privfgl.methods.fedspray.params import resolve_params
 from tests.view_checks import class_rates, holds
@@ -149,49 +149,49 @@ def test_a_clients_uploads_depend_only_on_its_own_data(sbm):
         assert not all(torch.equal(a[1].tensors[f], b[1].tensors[f]) for f in a[1].tensors)  # client 1
 
 
-def local_clients(setup, **params):
-    """Fresh FedSpray clients on a finished run's partition, with ω_0 and S_0."""
+def local_client(setup, k=0, **params):
+    """A fresh FedSpray client k on a finished run's partition, with ω_0 and S_0."""
     p = resolve_params(params)
     omega = init_encoder(setup.num_features, p.proxy_dim, setup.num_classes, seed=0, head_init=p.head_init)
-    return FedSprayClients(setup, p, omega, torch.device("cpu")), omega, initial_proxies(setup.num_classes, p.proxy_dim)
+    client = FedSprayClient(k, setup.clients[k], p, omega, setup.model, setup.num_classes, 0, torch.device("cpu"))
+    return client, omega, initial_proxies(setup.num_classes, p.proxy_dim)
 
 
 def test_phase1_distils_on_every_node_by_default_and_on_labelled_plus_confident_nodes_with_a_threshold(sbm):
     _, setup = fedspray(sbm, rounds=1)
-    clients, _, _ = local_clients(setup)
-    q = torch.rand(clients.graph.num_nodes, setup.num_classes).softmax(-1)
-    every = clients._kd_weights(q)  # Eq. 6: mean over all of V^(k)
-    assert (every > 0).all()
-    assert torch.allclose(torch.bincount(clients.graph.client_of, weights=every).float(), torch.ones(clients.K), atol=1e-4)
+    client, _, _ = local_client(setup)
+    q = torch.rand(client.graph.num_nodes, setup.num_classes).softmax(-1)
+    every = client._kd_weights(q)  # Eq. 6: mean over all of V^(k)
+    assert (every > 0).all() and abs(float(every.sum()) - 1) < 1e-4
     q_conf = q.clone()
-    confident = torch.zeros(clients.graph.num_nodes, dtype=torch.bool)
+    confident = torch.zeros(client.graph.num_nodes, dtype=torch.bool)
     confident[::3] = True
     q_conf[confident] = torch.nn.functional.one_hot(torch.zeros(int(confident.sum()), dtype=torch.long),
                                                     setup.num_classes).float()
-    clients.p = resolve_params({"kd_conf_threshold": 0.7})
-    some = clients._kd_weights(q_conf)  # the code: labelled nodes plus unlabelled ones with max q > 0.7
-    assert torch.equal(some > 0, clients.train | confident)
-    assert torch.allclose(torch.bincount(clients.graph.client_of, weights=some).float(), torch.ones(clients.K), atol=1e-4)
+    client.p = resolve_params({"kd_conf_threshold": 0.7})
+    some = client._kd_weights(q_conf)  # the code: labelled nodes plus unlabelled ones with max q > 0.7
+    assert torch.equal(some > 0, client.train | confident)
+    assert abs(float(some.sum()) - 1) < 1e-4
 
 
-def reference_phase2(clients, S, gnn_logits):
-    """Phase 2 written out over every node of the block graph (Eqs. 11-13), losses on V_L."""
-    target = gnn_logits[clients.L].log_softmax(-1)
+def reference_phase2(client, S, gnn_logits):
+    """Phase 2 written out over every node of the client's graph (Eqs. 11-13), losses on V_L."""
+    target = gnn_logits[client.L].log_softmax(-1)
     with torch.no_grad():
-        clients.node_proxy.copy_(S[clients.yL])
-    clients.opt_omega = torch.optim.Adam(clients.omega.values(), lr=clients.p.lr_encoder)
-    for _ in range(clients.p.local_epochs):
-        clients.opt_omega.zero_grad()
-        clients.opt_proxy.zero_grad()
-        e = embed(clients.omega, clients.graph)
-        q_logits = head(clients.omega, "projector", e, clients.graph)[clients.L]
-        s = torch.zeros_like(e).index_put((clients.L,), clients.node_proxy)
-        p_logp = head(clients.omega, "classifier", e + s, clients.graph)[clients.L].log_softmax(-1)
+        client.node_proxy.copy_(S[client.yL])
+    client.opt_omega = torch.optim.Adam(client.omega.values(), lr=client.p.lr_encoder)
+    for _ in range(client.p.local_epochs):
+        client.opt_omega.zero_grad()
+        client.opt_proxy.zero_grad()
+        e = embed(client.omega, client.graph)
+        q_logits = head(client.omega, "projector", e, client.graph)[client.L]
+        s = torch.zeros_like(e).index_put((client.L,), client.node_proxy)
+        p_logp = head(client.omega, "classifier", e + s, client.graph)[client.L].log_softmax(-1)
         kl = (target.exp() * (target - p_logp)).sum(-1)
-        loss = ((torch.nn.functional.cross_entropy(q_logits, clients.yL, reduction="none") + kl) * clients.ce_w).sum()
+        loss = ((torch.nn.functional.cross_entropy(q_logits, client.yL, reduction="none") + kl) * client.ce_w).sum()
         loss.backward()
-        clients.opt_omega.step()
-        clients.opt_proxy.step()
+        client.opt_omega.step()
+        client.opt_proxy.step()
 
 
 @pytest.mark.parametrize("features", ["dense", "sparse"])
@@ -200,19 +200,20 @@ def test_phase2_trains_the_encoder_and_proxies_on_the_labelled_nodes_as_written_
     if features == "sparse":  # bag-of-words-like input: the other input_linear path
         data.x = (sbm.x > 1.5).float()
     _, setup = fedspray(data, rounds=1)
-    fast, omega, S = local_clients(setup)
-    ref, _, _ = local_clients(setup)
-    for c in (fast, ref):
-        c.phase1(omega, S)
-    logits = fast.predict()
-    assert torch.equal(logits, ref.predict())
-    fast.phase2(S, logits)
-    reference_phase2(ref, S, logits)
-    for name in fast.omega:
-        assert torch.allclose(fast.omega[name], ref.omega[name], atol=1e-5), name
-    assert torch.allclose(fast.node_proxy, ref.node_proxy, atol=1e-5)
-    assert not torch.allclose(fast.omega["classifier.bias"], omega["classifier.bias"].expand_as(
-        fast.omega["classifier.bias"]))  # it did train
+    for k in range(len(setup.clients)):
+        fast, omega, S = local_client(setup, k)
+        ref, _, _ = local_client(setup, k)
+        for c in (fast, ref):
+            c.phase1(omega, S)
+        logits = fast.predict()
+        assert torch.equal(logits, ref.predict())
+        fast.phase2(S, logits)
+        reference_phase2(ref, S, logits)
+        for name in fast.omega:
+            assert torch.allclose(fast.omega[name], ref.omega[name], atol=1e-5), name
+        assert torch.allclose(fast.node_proxy, ref.node_proxy, atol=1e-5)
+        assert not torch.allclose(fast.omega["classifier.bias"], omega["classifier.bias"].expand_as(
+            fast.omega["classifier.bias"]))  # it did train
 
 
 def test_labelled_proxies_restart_from_the_global_proxies_each_round_unless_they_persist(sbm):
@@ -220,12 +221,12 @@ def test_labelled_proxies_restart_from_the_global_proxies_each_round_unless_they
     results = {}
     for persistent in (False, True):
         for start in (0.1, 3.0):  # what the node proxies held after the previous round
-            clients, omega, S = local_clients(setup, persistent_node_proxies=persistent)
+            client, omega, S = local_client(setup, persistent_node_proxies=persistent)
             with torch.no_grad():
-                clients.node_proxy.fill_(start)
-            clients.phase1(omega, S)
-            clients.phase2(S, clients.predict())
-            results[persistent, start] = clients.local_proxies()
+                client.node_proxy.fill_(start)
+            client.phase1(omega, S)
+            client.phase2(S, client.predict())
+            results[persistent, start] = client.local_proxies()
     assert torch.equal(results[False, 0.1], results[False, 3.0])  # paper: s_i = S_{r-1}[y_i] (Alg. 1 line 4)
     assert not torch.allclose(results[True, 0.1], results[True, 3.0])  # code: each node keeps its own
 

@@ -273,6 +273,12 @@ def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(clu
     (["--clients-per-actor", "0"], "invalid clients_per_actor 0"),
     (["--protocol", "ckks", "--protocol-param", "preset=sum"], "ckks preset 'sum' is symmetric"),
     (["--method", "fedomd", "--method-param", "trace=5"], "fedomd trace=N prints the clients' activations"),
+    (["--method", "fedgpl", "--partition", "tasks", "--protocol", "crypten", "--method-param", "tau_in=crypten"],
+     "fedgpl tau_in=crypten computes τ on CrypTen shares"),
+    (["--method", "fedgpl", "--partition", "tasks", "--method-param", "eval_dropout=true"],
+     "fedgpl eval_dropout=true draws the trunk's evaluation dropout"),
+    (["--method", "fedgpl", "--partition", "tasks", "--dp", "laplace:epsilon=1,clip=1,on=split,mode=local"],
+     "fedgpl's split DP (--dp on=m1|m2|m3|m4|split) is not built"),
 ])
 def test_what_the_ray_engine_does_not_run_is_refused_in_one_line(flags, says, capsys):
     assert main(["run", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline", *flags]) == 2
@@ -318,6 +324,9 @@ STEP_METHODS = {
     "gap-node": {"method": "gap", "method_params": {"unit": "node", "degree": 4, "seed": 5, "encoder_rounds": 2},
                  "protocol": "secagg"},
     "fedomd": {"method_params": {"patience": 0}, "protocol": "secagg"},
+    "fedspray": {"method_params": {"dropout": 0.5}, "protocol": "secagg"},  # dropout: each client's own stream
+    "fedgpl": {"partition": "tasks", "method_params": {"dim": 16, "hidden": 16, "max_per_class": 12,
+                                                        "pretrain_epochs": 1}, "protocol": "secagg"},
 }
 
 

@@ -86,7 +86,11 @@ class ClientSteps:
                 out[k] = federation.upload(round, k, name, message)
         return out
 
-    def evaluate(self, tracker, round: int, predict: Step, *args, stage: str = "train") -> dict:
-        """Every client's logits predict(k, state, data, *args) [n_k, C] into the tracker."""
+    def evaluate(self, tracker, round: int, predict: Step, *args, stage: str = "train",
+                 predict_on: Step | None = None) -> dict:
+        """Every client's logits predict(k, state, data, *args) [n_k, C] into the tracker. predict_on(k, state,
+        data, graph) -> client k's logits on an evaluation setting's graph (a run with --evaluate settings)."""
         logits = [predict(k, self.states[k], c, *args) for k, c in enumerate(self.clients)]
-        return tracker.evaluate(round, logits, stage)
+        on = None if predict_on is None else (
+            lambda graphs: [predict_on(k, self.states[k], c, g) for (k, c), g in zip(enumerate(self.clients), graphs)])
+        return tracker.evaluate(round, logits, stage, predict_on=on)

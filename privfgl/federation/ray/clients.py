@@ -35,6 +35,7 @@ class ActorClients:
         """pool: take warm actors from it (and give them back at ``close``), else start new ones."""
         import ray  # noqa: PLC0415
         self.ray = ray
+        self.cfg = cfg
         self.num_clients = cfg.clients
         self.timeout_s = timeout_s
         groups = [list(range(a, min(a + per_actor, cfg.clients))) for a in range(0, cfg.clients, per_actor)]
@@ -146,6 +147,18 @@ class ActorClients:
     def steps(self, allow_dead: bool) -> "ActorSteps":
         return ActorSteps(self, allow_dead)
 
+    def task(self, fn, *args):
+        """fn(the run's config, *args) in a Ray task of its own, no client's actor: server-side work that builds
+        from the config what the method takes as public (FedGPL's pretraining pool); its result, within
+        timeout_s."""
+        ray = self.ray
+        ref = ray.remote(num_cpus=ACTOR_CPU, max_retries=0)(fn).remote(self.cfg, *args)
+        try:
+            return ray.get(ref, timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise PartyFailure(f"--engine ray: the task {getattr(fn, '__name__', fn)} sent no answer within "
+                               f"{self.timeout_s:g} s") from None
+
     def close(self) -> None:
         """Stop the actors, or give them back to the pool when every one of them lives."""
         if self.pool is not None and not self.dead:
@@ -243,8 +256,9 @@ class ActorSteps:
             out[k] = federation.upload(round, k, name, decode_tensors(header, data))
         return out
 
-    def evaluate(self, tracker, round: int, predict, *args, stage: str = "train") -> dict:
-        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
+    def evaluate(self, tracker, round: int, predict, *args, stage: str = "train", predict_on=None) -> dict:
+        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation.
+        predict_on is not called: evaluation settings beyond seen are refused on actors (run.check_ray_run)."""
         clients = self.clients
         got = clients.gather("each_tally", clients.alive_actors(), predict, args, tracker.select == "val_loss")
         self._check("evaluation")

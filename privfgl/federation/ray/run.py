@@ -19,7 +19,8 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd")  # client steps on actors (run_local,
+RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd", "fedspray",
+               "fedgpl")  # client steps on actors (run_local,
 # fedavg.run_rounds, and the methods written as client steps: privfgl.federation.client_steps)
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
@@ -57,6 +58,8 @@ def check_ray_run(cfg) -> None:
         spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
         if spec is not None and not spec.secure:
             raise ConfigError(f"--engine ray: {RAY_REFUSED['dp_seed']}")
+    if cfg.method == "fedgpl":
+        _check_fedgpl(cfg)
     if tuple(cfg.evaluate) != ("seen",):
         raise ConfigError(f"--engine ray: {RAY_REFUSED['evaluate']}")
     if cfg.canaries:
@@ -77,6 +80,28 @@ def check_ray_run(cfg) -> None:
             round_clients("kill_at", params["kill_at"], "{3: [1]}")
         except protocols.ProtocolError as e:
             raise ConfigError(str(e)) from None
+
+
+def _check_fedgpl(cfg) -> None:
+    """FedGPL's settings that are not built with the clients on actors."""
+    from privfgl.methods.fedgpl.params import resolve_params  # noqa: PLC0415
+    from privfgl.privacy import check_dp_for_run  # noqa: PLC0415
+    from privfgl.privacy.spec import SPLIT_MESSAGES  # noqa: PLC0415
+    try:
+        p = resolve_params(cfg.method_params)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if p.tau_in == "crypten":
+        raise ConfigError("--engine ray: fedgpl tau_in=crypten computes τ on CrypTen shares with every party in one "
+                          "process (fed.compute); with the clients on Ray actors it is not built; valid: tau_in=clear")
+    if p.eval_dropout:
+        raise ConfigError("--engine ray: fedgpl eval_dropout=true draws the trunk's evaluation dropout from the "
+                          "process's global RNG, which the actors do not share; valid: eval_dropout=false")
+    spec = check_dp_for_run(cfg.dp, cfg.method, cfg.protocol, cfg.seed)
+    if spec is not None and set(spec.messages) & set(SPLIT_MESSAGES):
+        raise ConfigError("--engine ray: fedgpl's split DP (--dp on=m1|m2|m3|m4|split) is not built with the clients "
+                          "on Ray actors (one SplitDP object noises and accounts the clients' and the server's rows "
+                          "together); valid: --dp on the prompt sums only, or no --dp")
 
 
 def driver_protocol(cfg, params: dict):

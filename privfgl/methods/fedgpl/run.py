@@ -21,6 +21,13 @@ Evaluation (the measurement harness, outside the channel and any noise): after e
 client scores its own samples with its prompt, head and the server's trunk (dropout off); the round
 with the best mean validation accuracy is reported (the train-query part of B.8 is the validation
 split, never test).
+
+Every client's side is a client step (privfgl.federation.client_steps) that runs where the client is: in
+this process, or on its Ray actor (`--engine ray`); run_fedgpl is the server's loop. Per minibatch the server
+drives one client's split step (M1 and M3 are the client's messages, M2 and M4 step arguments), client by
+client. Each client shuffles its minibatches from its own stream (client_seed). With the clients on actors
+the harness's evaluation runs on each actor with a copy of the server's trunk (a step argument, booked
+nowhere, as in process), and the trunk is pretrained by a Ray task of its own (server_trunk).
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+from privfgl.federation.client_steps import client_seed
 from privfgl.methods.base import Setup
 from privfgl.methods.fedgpl import hidta
 from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params
@@ -37,7 +45,9 @@ from privfgl.methods.fedgpl.pretrain import PretrainConfig, pretrained_trunk
 from privfgl.methods.fedgpl.prompt import Head, make_prompt
 from privfgl.methods.fedgpl.released import PROMPTS_UPDATED, update_from_released
 from privfgl.methods.fedgpl.samples import TASKS, ClientSamples, client_datasets, reduce_features
-from privfgl.methods.fedgpl.split import M1, M2, M3, M4, SplitClient, SplitServer, split_step
+from privfgl.methods.fedgpl.split import (M1, M2, M3, M4, SplitClient, SplitServer, client_m1, client_m3, client_m4,
+                                          server_m2, server_m4)
+from privfgl.methods.fedgpl.trunk import Trunk
 from privfgl.privacy.split_dp import SplitDP
 
 UPDATE = "prompt_update"
@@ -69,8 +79,9 @@ SPLIT_DP_TRUST = {
 def build_clients(data: Data, num_clients: int, method_params: dict, seed: int
                   ) -> tuple[list[Data], list[ClientSamples], torch.Tensor]:
     """The clients' sample datasets (spec B.8); per client, the Data the round tracker scores: y [S],
-    train/val/test masks [S] over its samples (num_nodes = S, no edges); and the reduced node features
-    of the whole graph [N, dim] (the public copy attacks may declare as a dictionary)."""
+    train/val/test masks [S] over its samples (num_nodes = S, no edges) and `samples` (its ClientSamples,
+    what its steps train on); and the reduced node features of the whole graph [N, dim] (the public copy
+    attacks may declare as a dictionary)."""
     p = resolve_params(method_params)
     samples = client_datasets(data, num_clients, dim=p.dim, max_per_class=p.max_per_class,
                               dirichlet_alpha=p.dirichlet_alpha, seed=seed)
@@ -79,6 +90,7 @@ def build_clients(data: Data, num_clients: int, method_params: dict, seed: int
     for s in samples:
         d = Data(y=s.y.clone(), num_nodes=len(s.y))
         d.train_mask, d.val_mask, d.test_mask = s.split == 0, s.split == 1, s.split == 2
+        d.samples = s
         tracked.append(d)
     return tracked, samples, features
 
@@ -119,7 +131,9 @@ def predict(client: SplitClient, trunk, samples: ClientSamples, eval_dropout: bo
     graphs = _graphs(samples, None)
     logits = torch.zeros(len(samples.y), client.head.linear.out_features)
     start = 0
-    for batch in DataLoader([graphs[i] for i in scored.tolist()], batch_size=batch_size):
+    # a generator of its own: iterating a DataLoader draws a seed (unused here) from its generator, or without one
+    # from the process's global RNG, the server's trunk dropout's stream (in process: a shift of the server's masks)
+    for batch in DataLoader([graphs[i] for i in scored.tolist()], batch_size=batch_size, generator=torch.Generator()):
         x, e, b = client.prompt(batch.x, batch.edge_index, batch.batch, int(batch.num_graphs))
         logits[scored[start:start + batch.num_graphs]] = client.head(trunk(x, e, b, int(batch.num_graphs)))
         start += batch.num_graphs
@@ -128,33 +142,118 @@ def predict(client: SplitClient, trunk, samples: ClientSamples, eval_dropout: bo
     return logits
 
 
-def _task_slots(thetas: list[torch.Tensor], weights: list[float], tasks: list[int], T: int) -> list[dict]:
-    """Client j's upload for a task-group sum: (w_j·θ_j, w_j) in its task's slot, zeros elsewhere."""
-    P = thetas[0].numel()
-    out = []
-    for theta, w, t in zip(thetas, weights, tasks):
-        sums, counts = torch.zeros(T, P, dtype=torch.float64), torch.zeros(T, dtype=torch.float64)
-        sums[t], counts[t] = w * theta, w
-        out.append({"theta": sums, "weight": counts})
-    return out
+def _task_slot(theta: torch.Tensor, w: float, t: int, T: int) -> dict:
+    """A client's upload for a task-group sum: (w·θ, w) in its task's slot t, zeros elsewhere."""
+    sums, counts = torch.zeros(T, theta.numel(), dtype=torch.float64), torch.zeros(T, dtype=torch.float64)
+    sums[t], counts[t] = w * theta, w
+    return {"theta": sums, "weight": counts}
 
 
-def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], tasks: list[int],
-             start: torch.Tensor) -> torch.Tensor:
-    """The round's federated phase; loads every client's new θ and returns the task models it started
-    the next round from ([T, P]; for fedavg every row is the global θ)."""
+# ---- the client steps (privfgl.federation.client_steps) ------------------------------------------
+LOADER_STREAM = 0xF6B  # client_seed purpose of a client's minibatch shuffling
+
+
+def _start(k: int, state: dict, data: Data, p: FedGPLParams, num_classes: int, seed: int) -> int:
+    """Client k's prompt and head (the common θ^(0): the seeded initialisation every party can make), its
+    optimiser, scheduler and shuffling stream; returns its task (public: group membership)."""
+    samples = data.samples
+    client = _initial_client(p, num_classes, seed)
+    state.update(client=client, samples=samples, train=_graphs(samples, 0),
+                 scheduler=torch.optim.lr_scheduler.StepLR(client.optimizer, step_size=10, gamma=0.95),
+                 shuffle=torch.Generator().manual_seed(client_seed(seed, k, LOADER_STREAM)))
+    return TASKS.index(samples.task)
+
+
+def _initial_client(p: FedGPLParams, num_classes: int, seed: int) -> SplitClient:
+    prompt = make_prompt(p.prompt, p.dim, seed, p.node_ratio, p.edge_ratio, p.candidates, p.gamma, p.tokens)
+    head = Head(p.hidden, num_classes, seed=seed)
+    optimizer = torch.optim.Adam([{"params": prompt.parameters(), "lr": p.lr_prompt, "weight_decay": p.wd_prompt},
+                                  {"params": head.parameters(), "lr": p.lr_head, "weight_decay": p.wd_head}])
+    return SplitClient(prompt, head, optimizer, mu=p.mu if p.fed == "fedprox" else 0.0)
+
+
+def _begin_round(k: int, state: dict, data: Data, batch_size: int, from_released: bool) -> int:
+    """The round's minibatches, shuffled from the client's own stream; returns their number (public: the
+    server receives one M1 per minibatch)."""
+    c = state["client"]
+    c.anchor = [q.detach().clone() for q in c.parameters()] if c.mu else None
+    state["batches"] = list(DataLoader(state["train"], batch_size=batch_size, shuffle=True, generator=state["shuffle"]))
+    state["released"] = [] if from_released else None
+    return len(state["batches"])
+
+
+def _m1(k: int, state: dict, data: Data, target: int, i: int, r: int, dp, truth, canaries):
+    """Client `target`'s M1 of its minibatch i (the other clients send nothing)."""
+    if k != target:
+        return None
+    m1, state["pending"] = client_m1(r, k, state["client"], state["batches"][i], dp, truth, canaries)
+    return m1
+
+
+def _m3(k: int, state: dict, data: Data, target: int, r: int, m2: dict, dp, canaries):
+    if k != target:
+        return None
+    return client_m3(r, k, state["client"], m2, state["pending"], dp, canaries)
+
+
+def _m4(k: int, state: dict, data: Data, target: int, m4: dict) -> None:
+    if k == target:
+        client_m4(state["client"], m4, state.pop("pending"), state["released"])
+
+
+def _end_round(k: int, state: dict, data: Data) -> None:
+    """The round-end update from the released messages (split DP, released), then the scheduler's step."""
+    if state["released"] is not None:
+        update_from_released(state["client"], state["released"])
+    state["scheduler"].step()
+
+
+def _theta(k: int, state: dict, data: Data) -> dict:
+    """{θ_k, 1}: client k's upload of a FedAvg-style sum."""
+    return {"theta": _flat(state["client"]), "n": torch.ones(1, dtype=torch.float64)}
+
+
+def _slotted(k: int, state: dict, data: Data, tasks: list[int], now: torch.Tensor | None) -> dict:
+    """Client k's (c_k·θ_k, c_k) in its task's slot (tasks[k], public); c_k = 1 (now None), or Eq. 6's factor
+    against its task model θ'_t = now[t]."""
+    theta, t = _flat(state["client"]), tasks[k]
+    w = 1.0 if now is None else hidta.client_factor(theta, now[t])
+    return _task_slot(theta, w, t, len(TASKS))
+
+
+def _crypten_slotted(k: int, state: dict, data: Data, tasks: list[int], sizes: list[int],
+                     start: torch.Tensor | None) -> dict:
+    """tau_in=crypten: client k's θ_k / |task| in its task's slot (and, in code mode, θ_t / |task|)."""
+    t = tasks[k]
+    upload = {"theta": _task_slot(_flat(state["client"]), 1.0 / sizes[t], t, len(TASKS))["theta"]}
+    if start is not None:
+        upload["start"] = torch.zeros_like(upload["theta"])
+        upload["start"][t] = start[t] / sizes[t]
+    return upload
+
+
+def _load_task_model(k: int, state: dict, data: Data, tasks: list[int], new: torch.Tensor) -> None:
+    _load(state["client"], new[tasks[k]])
+
+
+def _predict(k: int, state: dict, data: Data, trunk, eval_dropout: bool) -> torch.Tensor:
+    return predict(state["client"], trunk, state["samples"], eval_dropout)
+
+
+def federate(setup: Setup, p: FedGPLParams, r: int, clients, tasks: list[int], start: torch.Tensor) -> torch.Tensor:
+    """The round's federated phase; every client loads its task's new θ; returns the task models the next
+    round starts from ([T, P]; for fedavg every row is the global θ)."""
     fed, T = setup.federation, len(TASKS)
-    thetas = [_flat(c) for c in clients]
     if p.fed == "local":
         return start
     if p.fed in ("fedavg", "fedprox") or r == 0:
-        total = fed.aggregate(r, UPDATE, [{"theta": t, "n": torch.ones(1, dtype=torch.float64)} for t in thetas])
+        total = fed.aggregate(r, UPDATE, clients.uploads(_theta))
         new = (total["theta"] / total["n"]).expand(T, -1).clone()
     else:
         if p.tau_in == "crypten":
-            now, tau = _tau_in_crypten(setup, p, r, thetas, tasks, start)
+            now, tau = _tau_in_crypten(setup, p, r, clients, tasks, start)
         else:
-            group = fed.aggregate(r, UPDATE, _task_slots(thetas, [1.0] * len(thetas), tasks, T))
+            group = fed.aggregate(r, UPDATE, clients.uploads(_slotted, tasks, None))
             now = group["theta"] / group["weight"].clamp_min(1.0).unsqueeze(1)   # θ'_t: task means
             # a task group none of whose clients is in the sum (dropout) keeps its start model
             now = torch.where((group["weight"] > 0).unsqueeze(1), now, start)
@@ -164,18 +263,16 @@ def federate(setup: Setup, p: FedGPLParams, r: int, clients: list[SplitClient], 
             if p.tau_in == "crypten":  # the clients hold the task models, the server τ: it sends τ to them
                 fed.broadcast(r, TAU + ":weights", {"tau": tau})
             new = tau @ now
-        else:
-            factors = [hidta.client_factor(theta, now[t]) for theta, t in zip(thetas, tasks)]  # client side
-            weighted = fed.aggregate(r, UPDATE + ":weighted", _task_slots(thetas, factors, tasks, T))
+        else:  # the clients' factors c_j against their task's θ'_t (client side)
+            weighted = fed.aggregate(r, UPDATE + ":weighted", clients.uploads(_slotted, tasks, now))
             new = hidta.combine(tau, weighted["theta"], weighted["weight"])
             # a task whose row weighs no surviving client (dropout) keeps θ'_t
             new = torch.where((tau @ weighted["weight"] > 0).unsqueeze(1), new, now)
-    for c, t in zip(clients, tasks):
-        _load(c, new[t])
+    clients.train(_load_task_model, tasks, new)
     return new
 
 
-def _tau_in_crypten(setup: Setup, p: FedGPLParams, r: int, thetas: list[torch.Tensor], tasks: list[int],
+def _tau_in_crypten(setup: Setup, p: FedGPLParams, r: int, clients, tasks: list[int],
                     start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """HiDTA's phase 1 on CrypTen shares (tau_in=crypten, B.7 option (b)): client j shares θ_j / |task(j)|
     in its task's slot (group sizes are public), so the shared sum is the task models θ'_t; τ̂ is computed on
@@ -184,17 +281,11 @@ def _tau_in_crypten(setup: Setup, p: FedGPLParams, r: int, thetas: list[torch.Te
     input in paper mode (the server computed them from S_q, C_q); in code mode the clients computed them
     (θ^new, which with τ̂ would give θ'_t away), so each client shares its task's θ_t / |task| as well.
     Returns (θ'_t as the clients opened it, τ̂ as the server opened it); the auditor-only error against the
-    clear τ̂ on the same uploads is kept."""
+    clear τ̂ on the same uploads is kept. In process only (with the clients on Ray actors it is refused)."""
     fed, T = setup.federation, len(TASKS)
     sizes = [max(1, tasks.count(t)) for t in range(T)]
     private_start = p.hidta_mode == "code"
-    uploads = []
-    for slots, t in zip(_task_slots(thetas, [1.0 / sizes[t] for t in tasks], tasks, T), tasks):
-        upload = {"theta": slots["theta"]}
-        if private_start:
-            upload["start"] = torch.zeros_like(slots["theta"])
-            upload["start"][t] = start[t] / sizes[t]
-        uploads.append(upload)
+    uploads = clients.uploads(_crypten_slotted, tasks, sizes, start if private_start else None)
     bits = getattr(fed.protocol, "precision_bits", 16)
 
     def on_shares(sums: dict) -> dict:
@@ -209,16 +300,46 @@ def _tau_in_crypten(setup: Setup, p: FedGPLParams, r: int, thetas: list[torch.Te
     cost["rounds"] += 1
     cost["bytes"] += sum(fed.channel.sent.values()) - sent
     cost["seconds"] += time.perf_counter() - t0
-    # auditor only (the harness knows every θ_j): the clear τ̂ on the same uploads, never sent anywhere
-    exact = torch.stack([sum(thetas[j] for j in range(len(thetas)) if tasks[j] == t) / sizes[t] for t in range(T)])
+    # auditor only (the harness knows every upload): the clear τ̂ on the same uploads, never sent anywhere
+    exact = sum(u["theta"] for u in uploads)
     error = float((opened["tau"] - hidta.transferability(exact, start, p.hidta_mode)).abs().max())
     cost["max_abs_error"] = max(cost["max_abs_error"], error)
     return opened["task_models"], opened["tau"]
 
 
+def server_trunk(setup: Setup, p: FedGPLParams) -> tuple[Trunk, dict]:
+    """The server's trunk: GraphCL on the unlabelled train/val sample graphs (assumed public, as in [C]), cached.
+    With the clients on Ray actors the driver holds no sample graph: a Ray task of its own builds the pool,
+    pretrains (or loads the cache) and returns the weights."""
+    m = setup.method
+    config = PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout)
+    if setup.remote is None:
+        samples = setup.extras["fedgpl_samples"]
+        key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{len(samples)}"
+        pool = [g for s in samples for g in _graphs(s, 0) + _graphs(s, 1)]
+        return pretrained_trunk(pool, p.dim, key, config, seed=m.seed, progress=m.progress)
+    key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{setup.federation.num_clients}"
+    weights, info = setup.remote.task(_pretrain_task, key, config, m.seed)
+    trunk = Trunk(p.dim, config.hidden, config.dropout)  # as pretrained_trunk makes it (the same global draws)
+    trunk.load_state_dict(weights)
+    return trunk, info
+
+
+def _pretrain_task(cfg, key: str, config: PretrainConfig, seed: int) -> tuple[dict, dict]:
+    """A Ray task: the run's sample graphs built from its config, the trunk pretrained on their train/val
+    graphs; returns its weights and the cache's info."""
+    from privfgl.experiment import build_clients as build  # noqa: PLC0415
+    from privfgl.methods.fedgpl.params import resolve_params as params  # noqa: PLC0415
+    samples = build(cfg).extras["fedgpl_samples"]
+    pool = [g for s in samples for g in _graphs(s, 0) + _graphs(s, 1)]
+    trunk, info = pretrained_trunk(pool, params(cfg.method_params).dim, key, config, seed=seed)
+    return trunk.state_dict(), info
+
+
 def run_fedgpl(setup: Setup) -> None:
+    """FedGPL's server loop; every client step runs where the client is (setup.steps(): in process or on its
+    Ray actor). Per minibatch the server drives one client's split step (M1-M4), client by client."""
     p = resolve_params(setup.method.params)
-    samples: list[ClientSamples] = setup.extras["fedgpl_samples"]
     fed, m, timer = setup.federation, setup.method, setup.federation.timer
     spec = setup.extras.get("split_dp_spec")
     dp = SplitDP(spec, keep_rounds=setup.federation.transcript.keep, composition=p.split_dp_composition) \
@@ -227,13 +348,8 @@ def run_fedgpl(setup: Setup) -> None:
     if dp is not None:
         setup.extras["dp"] = dp
     num_classes = setup.num_classes
-    # the server's trunk: GraphCL on the unlabelled train/val sample graphs (assumed public, as in [C])
     with timer.phase("pretrain"):
-        pool = [g for s in samples for g in _graphs(s, 0) + _graphs(s, 1)]
-        key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{len(samples)}"
-        trunk, info = pretrained_trunk(pool, p.dim, key,
-                                       PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout),
-                                       seed=m.seed, progress=m.progress)
+        trunk, info = server_trunk(setup, p)
         setup.extras["caches"] = {"pretrain": {k: v for k, v in info.items() if k != "losses"}}
     server = SplitServer(trunk, None if p.freeze_trunk else torch.optim.Adam(trunk.parameters(), lr=p.lr_trunk))
     setup.extras["fedgpl_trunk"] = trunk  # the server's own model: an attack on the server's side may declare it
@@ -241,41 +357,36 @@ def run_fedgpl(setup: Setup) -> None:
     if p.freeze_trunk:
         trunk.requires_grad_(False)
     # clients: one common initial prompt and head (the server's broadcast of θ^(0))
-    clients = []
-    for k in range(len(samples)):
-        prompt = make_prompt(p.prompt, p.dim, m.seed, p.node_ratio, p.edge_ratio, p.candidates, p.gamma, p.tokens)
-        head = Head(p.hidden, num_classes, seed=m.seed)
-        optimizer = torch.optim.Adam([{"params": prompt.parameters(), "lr": p.lr_prompt, "weight_decay": p.wd_prompt},
-                                      {"params": head.parameters(), "lr": p.lr_head, "weight_decay": p.wd_head}])
-        clients.append(SplitClient(prompt, head, optimizer, mu=p.mu if p.fed == "fedprox" else 0.0))
-    setup.extras["fedgpl_clients"] = clients  # auditor side: split-dp-sensitivity replays a round on copies
-    schedulers = [torch.optim.lr_scheduler.StepLR(c.optimizer, step_size=10, gamma=0.95) for c in clients]
-    tasks = [TASKS.index(s.task) for s in samples]
-    task_models = _flat(clients[0]).expand(len(TASKS), -1).clone()
-    gen = torch.Generator().manual_seed(m.seed)
+    clients = setup.steps(allow_dead=False)
+    tasks = [t for _, t in sorted(clients.each(_start, p, num_classes, m.seed).items())]
+    if not clients.remote:  # auditor side (in process): split-dp-sensitivity replays a round on copies
+        setup.extras["fedgpl_clients"] = [state["client"] for state in clients.states]
+    task_models = _flat(_initial_client(p, num_classes, m.seed)).expand(len(TASKS), -1).clone()
     truth: list[dict] = setup.extras.setdefault("fedgpl_truth", [])  # auditor-only, kept like the transcript
     keep = fed.transcript.keep
+    # the auditor's log and canaries reach the client steps in process only (audits are refused on actors)
+    log = truth if keep != "none" and not clients.remote else None
+    canaries = setup.extras.get("split_canaries")
     for r in setup.rounds("fedgpl"):
         if keep != "all":
             truth.clear()
         with timer.phase("split_train"):
-            for k, (c, s) in enumerate(zip(clients, samples)):
-                c.anchor = [q.detach().clone() for q in c.parameters()] if c.mu else None
-                loader = DataLoader(_graphs(s, 0), batch_size=p.batch_size, shuffle=True, generator=gen)
-                released = [] if from_released else None
-                for batch in loader:
-                    split_step(fed, r, k, c, server, batch, dp, truth if keep != "none" else None, released,
-                               setup.extras.get("split_canaries"))
-                if from_released:
-                    update_from_released(c, released)
+            batches = clients.each(_begin_round, p.batch_size, from_released)
+            for k in range(len(tasks)):  # client by client, minibatch by minibatch, as the server serves them
+                for i in range(batches[k]):
+                    m1 = clients.messages(fed, r, M1, _m1, k, i, r, dp, log, canaries)[k]
+                    m2, held = server_m2(r, k, server, m1, dp, canaries)
+                    m2 = fed.send(r, k, M2, m2)
+                    m3 = clients.messages(fed, r, M3, _m3, k, r, m2, dp, canaries)[k]
+                    m4 = fed.send(r, k, M4, server_m4(r, k, server, held, m3, dp, canaries))
+                    clients.train(_m4, k, m4)
+            clients.train(_end_round)
         if dp is not None:
             dp.end_round()
-        for sch in schedulers:
-            sch.step()
         with timer.phase("federate"):
             task_models = federate(setup, p, r, clients, tasks, task_models)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, [predict(c, trunk, s, p.eval_dropout) for c, s in zip(clients, samples)])
+            clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
     setup.extras["trust"] = {"split": SPLIT_TRUST}
     if dp is not None:
         setup.extras["trust"]["split_dp"] = SPLIT_DP_TRUST[p.split_dp_composition].format(
@@ -298,7 +409,8 @@ def run_fedgpl(setup: Setup) -> None:
 
 def split_bytes(setup: Setup) -> dict[str, float]:
     """Bytes per client per round of each split message (M1, M3 received by the server; M2, M4 by clients)."""
-    fed, K, rounds = setup.federation, len(setup.clients), max(setup.method.rounds, 1)
+    fed, rounds = setup.federation, max(setup.method.rounds, 1)
+    K = fed.num_clients
     out = {}
     for label, name in (("M1", M1), ("M2", M2), ("M3", M3), ("M4", M4)):
         total = sum(m.nbytes for party in fed.transcript.parties() for m in fed.transcript.view(party, name=name)

@@ -92,17 +92,31 @@ class SplitClient:
 def split_step(fed: Federation, round: int, k: int, client: SplitClient, server: SplitServer, batch, dp=None,
                truth: list | None = None, released: list | None = None, canaries=None) -> float:
     """One minibatch (a PyG Batch with x, edge_index, batch, y [B], optionally node_ids) through M1-M4;
-    returns the loss. `dp`: a SplitDP (None: no noise). `truth`: the auditor's log (never sent): one
-    entry per M1 with the round, client, the global node id of every row (−1: made by the prompt),
-    the rows' clean input features and the samples' labels. `released`: None: the client steps its
-    optimiser on this minibatch's clean gradients; a list: the prompt and head stay fixed and the
-    minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are appended to
-    it for the round-end update (released.update_from_released). `canaries`: dp-audit's canaries
+    returns the loss. The client's halves (client_m1, client_m3, client_m4) and the server's (server_m2,
+    server_m4) in order, each message delivered on fed's channel. `dp`: a SplitDP (None: no noise).
+    `truth`: the auditor's log (never sent): one entry per M1 with the round, client, the global node id of
+    every row (−1: made by the prompt), the rows' clean input features and the samples' labels. `released`:
+    None: the client steps its optimiser on this minibatch's clean gradients; a list: the prompt and head stay
+    fixed and the minibatch's messages as they crossed (M2 H, M3 grad, M4 feature_grad, num_graphs) are
+    appended to it for the round-end update (released.update_from_released). `canaries`: dp-audit's canaries
     (attacks/dp/split_audit.py), None, or an object with `rows` and `sample`. rows(name, round, k, width):
-    canary rows clipped and noised by the message's sender with the message's rows (any of M1-M4) in
-    one release and sent beside them as the field `canary_rows`, which no receiver reads. sample(round, k, width): a canary sample (one node row, a label, a weight 0 or
-    1) that joins this minibatch after the prompt as graph B: its row in M1 and M4, its H in M2, its
-    loss (times the weight) in M3 and in the clean step; never in the round-end update or accuracy."""
+    canary rows clipped and noised by the message's sender with the message's rows (any of M1-M4) in one
+    release and sent beside them as the field `canary_rows`, which no receiver reads. sample(round, k, width): a
+    canary sample (one node row, a label, a weight 0 or 1) that joins this minibatch after the prompt as graph
+    B: its row in M1 and M4, its H in M2, its loss (times the weight) in M3 and in the clean step; never in the
+    round-end update or accuracy."""
+    m1, pending = client_m1(round, k, client, batch, dp, truth, canaries)
+    m1 = fed.upload(round, k, M1, m1)
+    m2, held = server_m2(round, k, server, m1, dp, canaries)
+    m2 = fed.send(round, k, M2, m2)
+    m3 = fed.upload(round, k, M3, client_m3(round, k, client, m2, pending, dp, canaries))
+    m4 = fed.send(round, k, M4, server_m4(round, k, server, held, m3, dp, canaries))
+    return client_m4(client, m4, pending, released)
+
+
+def _sender(dp, canaries, round: int, k: int):
+    """send(name, key, rows) -> the message's fields as its sender sends them: rows noised by `dp` (if it
+    protects `name`), with the canaries' rows for this message beside them."""
     protect = (lambda name, rows: rows) if dp is None else dp.protect
 
     def send(name: str, key: str, rows: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -111,17 +125,21 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
             return {key: protect(name, rows)}
         sent = protect(name, torch.cat([rows, extra.to(rows.dtype)]))
         return {key: sent[:len(rows)], "canary_rows": sent[len(rows):]}
+    return send
+
+
+def client_m1(round: int, k: int, client: SplitClient, batch, dp=None, truth: list | None = None,
+              canaries=None) -> tuple[dict[str, torch.Tensor], dict]:
+    """Client k's prompt on its minibatch: M1 as it sends it, and what it keeps for M3 and M4 (`pending`)."""
     B = int(batch.num_graphs)
     client.optimizer.zero_grad()
-    # client: prompt, M1 up
     x_p, edge_p, batch_p = client.prompt(batch.x, batch.edge_index, batch.batch, B)
     canary = None if canaries is None else canaries.sample(round, k, x_p.shape[-1])
-    x_up, batch_up, graphs = x_p.detach(), batch_p, B
+    x_up, batch_up = x_p.detach(), batch_p
     if canary is not None:  # graph B: the canary's node rows, no edges
         x_up = torch.cat([x_up, canary.rows.to(x_up.dtype)])
         batch_up = torch.cat([batch_p, torch.full((len(canary.rows),), B, dtype=batch_p.dtype)])
-        graphs = B + 1
-    m1 = fed.upload(round, k, M1, {**send(M1, "x", x_up), "edge_index": edge_p, "batch": batch_up})
+    m1 = {**_sender(dp, canaries, round, k)(M1, "x", x_up), "edge_index": edge_p, "batch": batch_up}
     if truth is not None:
         rows = client.prompt.last_rows
         ids = getattr(batch, "node_ids", None)
@@ -129,34 +147,56 @@ def split_step(fed: Federation, round: int, k: int, client: SplitClient, server:
                       "input_edges": int(batch.edge_index.shape[1]),
                       "node_ids": torch.where(rows >= 0, ids[rows.clamp_min(0)], -1) if ids is not None else None,
                       "features": torch.where((rows >= 0).unsqueeze(1), batch.x[rows.clamp_min(0)], 0.0)})
-    # server: trunk forward, M2 down
-    x_s, h = server.forward(m1, graphs)
-    m2 = fed.send(round, k, M2, send(M2, "H", h.detach()))
-    # client: head and loss, M3 up
+    return m1, {"x_p": x_p, "x_up": x_up, "B": B, "y": batch.y, "canary": canary}
+
+
+def server_m2(round: int, k: int, server: SplitServer, m1: dict[str, torch.Tensor], dp=None,
+              canaries=None) -> tuple[dict[str, torch.Tensor], tuple]:
+    """The trunk on M1: M2 as the server sends it, and what it keeps for M4. The number of graphs is the
+    batch vector's (public: every graph keeps at least one row)."""
+    x_s, h = server.forward(m1, int(m1["batch"].max()) + 1 if m1["batch"].numel() else 0)
+    return _sender(dp, canaries, round, k)(M2, "H", h.detach()), (x_s, h)
+
+
+def client_m3(round: int, k: int, client: SplitClient, m2: dict[str, torch.Tensor], pending: dict, dp=None,
+              canaries=None) -> dict[str, torch.Tensor]:
+    """The head and loss on M2: M3 (B·∂L/∂H) as the client sends it."""
     check_message(M2, m2, {"H": (2, True, None)})
+    B, canary = pending["B"], pending["canary"]
     h_c = m2["H"].detach().requires_grad_(True)
     logits = client.head(h_c)
-    loss = F.cross_entropy(logits[:B], batch.y)
+    loss = F.cross_entropy(logits[:B], pending["y"])
     if canary is not None:  # B·∂L/∂H of its row is weight·∂CE/∂H, as every sample's own
         loss = loss + canary.weight * F.cross_entropy(logits[B:], canary.label.view(1)) / B
     if client.anchor is not None and client.mu:
         loss = loss + client.mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(client.parameters(), client.anchor))
     loss.backward()
-    m3 = fed.upload(round, k, M3, send(M3, "grad", h_c.grad.detach() * B))
-    # server: trunk backward, M4 down
-    g_x = server.backward(x_s, h, m3)
-    m4 = fed.send(round, k, M4, send(M4, "grad", g_x))
-    # client: prompt backward, step
+    m3 = _sender(dp, canaries, round, k)(M3, "grad", h_c.grad.detach() * B)
+    pending.update(H=m2["H"], m3=m3["grad"], loss=float(loss.detach()))
+    return m3
+
+
+def server_m4(round: int, k: int, server: SplitServer, held: tuple, m3: dict[str, torch.Tensor], dp=None,
+              canaries=None) -> dict[str, torch.Tensor]:
+    """The trunk's backward from M3 (and its optimiser step): M4 as the server sends it."""
+    x_s, h = held
+    return _sender(dp, canaries, round, k)(M4, "grad", server.backward(x_s, h, m3))
+
+
+def client_m4(client: SplitClient, m4: dict[str, torch.Tensor], pending: dict, released: list | None = None) -> float:
+    """The prompt's backward from M4 and the optimiser step (or, with `released`, the minibatch's released
+    messages kept for the round-end update); returns the loss."""
+    x_p, x_up, B = pending["x_p"], pending["x_up"], pending["B"]
     check_message(M4, m4, {"grad": (2, True, x_p.shape[-1])})
     if m4["grad"].shape != x_up.shape:
         raise SplitMessageError(f"{M4}: grad has shape {tuple(m4['grad'].shape)}; expected {tuple(x_up.shape)} "
                                 "(as x̃)")
     feature_grad = m4["grad"][:x_p.shape[0]]  # the client's own rows (without a canary sample's)
     if released is not None:
-        released.append({"H": m2["H"][:B].detach(), "grad": m3["grad"][:B].detach(),
+        released.append({"H": pending["H"][:B].detach(), "grad": pending["m3"][:B].detach(),
                          "feature_grad": feature_grad.detach(), "num_graphs": B})
-        return float(loss.detach())
+        return pending["loss"]
     if x_p.requires_grad:
         x_p.backward(feature_grad.to(x_p.dtype) / B)
     client.optimizer.step()
-    return float(loss.detach())
+    return pending["loss"]

@@ -1,13 +1,10 @@
-"""FedSpray's local models for all clients at once: the personalised GNNs f(θ^(k)) and the clients'
-copies of the feature-structure encoder g(ω) = (g_e, g_c, g_p), over a block-diagonal graph.
+"""FedSpray's local models of one client: its personalised GNN f(θ^(k)) and its copy of the
+feature-structure encoder g(ω) = (g_e, g_c, g_p), in the stacked layout of privfgl.models.stacked with
+one client (a leading dimension [1, ...]; weights transposed, [1, in, out]) over the client's BlockGraph.
+Parameter names are the PyG/torch ones ("convs.0.lin.weight", "embedding.weight", ...), so
+`from_stacked(name, params[name][0])` is the tensor in PyG layout.
 
-Parameters carry a leading client dimension [K, ...] (weights transposed, [K, in, out], as in
-privfgl.models.stacked); client k's rows are multiplied only by client k's weights, and the losses
-are sums of the clients' own mean losses, so an element-wise optimizer (Adam) on the stacked tensors
-is K independent per-client optimizers. Parameter names are the PyG/torch ones ("convs.0.lin.weight",
-"embedding.weight", ...), so `from_stacked(name, params[name][k])` is client k's tensor in PyG layout.
-
-The GNNs' forward pass is privfgl.models.stacked.stacked_forward over one BlockGraph.
+The GNN's forward pass is privfgl.models.stacked.stacked_forward.
 """
 from __future__ import annotations
 
@@ -24,19 +21,17 @@ ENCODER = ("embedding", "classifier", "projector")  # g_e, g_c, g_p: one linear 
 
 
 # ---- the personalised GNN ------------------------------------------------------------------------
-def init_gnn(cfg: ModelConfig, in_dim: int, num_classes: int, num_clients: int, seed: int, kind: str,
+def init_gnn(cfg: ModelConfig, in_dim: int, num_classes: int, k: int, seed: int, kind: str,
              device: torch.device) -> Params:
-    """Every client's own GNN, stacked. kind "glorot": PyG's initialisation (client k from seed
-    `seed`·1000 + k); "uniform": every parameter U(0, 1) (the authors' code)."""
-    per_client = []
-    for k in range(num_clients):
+    """Client k's own GNN, stacked as one client ([1, ...]). kind "glorot": PyG's initialisation (from seed
+    `seed`·1000 + k); "uniform": every parameter U(0, 1) (the authors' code). The process's global RNG is
+    left as it was (a client step draws from no shared stream)."""
+    with torch.random.fork_rng(devices=[]):
         params = init_params(cfg, in_dim, num_classes, seed=seed * 1000 + k)
-        if kind == "uniform":
-            g = torch.Generator().manual_seed(seed * 1000 + k)
-            params = {n: torch.rand(v.shape, generator=g) for n, v in params.items()}
-        per_client.append(params)
-    return {n: to_stacked(n, torch.stack([p[n] for p in per_client])).to(device).requires_grad_(True)
-            for n in per_client[0]}
+    if kind == "uniform":
+        g = torch.Generator().manual_seed(seed * 1000 + k)
+        params = {n: torch.rand(v.shape, generator=g) for n, v in params.items()}
+    return {n: to_stacked(n, v.unsqueeze(0)).to(device).requires_grad_(True) for n, v in params.items()}
 
 
 # ---- the feature-structure encoder ----------------------------------------------------------------
@@ -63,14 +58,13 @@ def initial_proxies(num_classes: int, proxy_dim: int) -> torch.Tensor:
     return 0.01 * torch.arange(num_classes, dtype=torch.float32)[:, None].expand(num_classes, proxy_dim).clone()
 
 
-def stack_encoder(omega: Params, num_clients: int, device: torch.device) -> Params:
-    """One ω copied to every client, stacked and trainable."""
-    return {n: to_stacked(n, v).to(device).unsqueeze(0).repeat(num_clients, *([1] * v.dim())).requires_grad_(True)
-            for n, v in omega.items()}
+def stack_encoder(omega: Params, device: torch.device) -> Params:
+    """A client's trainable copy of ω, stacked as one client ([1, ...])."""
+    return {n: to_stacked(n, v).to(device).unsqueeze(0).clone().requires_grad_(True) for n, v in omega.items()}
 
 
 def load_encoder(stacked: Params, omega: Params) -> None:
-    """Overwrite every client's copy with ω (in place: an optimizer over `stacked` keeps its state)."""
+    """Overwrite the client's copy with ω (in place: an optimizer over `stacked` keeps its state)."""
     with torch.no_grad():
         for n, v in stacked.items():
             v.copy_(to_stacked(n, omega[n]).to(v).expand_as(v))

@@ -1,6 +1,6 @@
 """FedSpray (Fu et al., "Federated Graph Learning with Structure Proxy Alignment", KDD'24).
 Spec: ../shared/specs/fedspray_fedomd.md, part A; hyper-parameters and the authors' code choices
-(options) in params.py; the stacked models in model.py.
+(options) in params.py; the models in model.py.
 
 Every client k keeps a personalised GNN f(θ^(k)) (gcn, sage or sgc; never uploaded) and trains a
 copy of the global feature-structure encoder g(ω): g_e (Linear + ReLU, x -> e ∈ R^{d_s}), g_c
@@ -29,6 +29,9 @@ Under `plain` the server's transcript holds every client's p^(k), i.e. its train
 distribution (vanilla FedSpray's leak, spec A2) and its N^(k); under crypten/ckks/bfv it holds
 shares or ciphertexts and only the sums Σ N^(k) ω^(k), Σ N^(k), Σ p^(k) s^(k), Σ p^(k).
 
+Every client's side is a client step (privfgl.federation.client_steps) on its own FedSprayClient: in this
+process, or on the client's Ray actor (`--engine ray`); run_fedspray is the server's loop.
+
 Settings from the run config: the backbone (`--model gcn|sage|sgc`), `--hidden`, `--layers`,
 `--rounds`. FedSpray's own settings are method params (`--lr`, `--dropout`, `--weight-decay` and
 `--local-epochs` do not apply; see fedspray_params.py). The paper's split is 40/30/30
@@ -47,7 +50,7 @@ from privfgl.methods.fedspray.model import (ENCODER, embed, head, init_encoder, 
 from privfgl.methods.fedspray.params import FedSprayParams, resolve_params
 from privfgl.models.stacked import BlockGraph, BlockGraphs, from_stacked, stacked_forward, stacked_predict
 from privfgl.privacy.message_dp import guard_denominators
-from privfgl.training import ModelConfig
+from privfgl.training import ModelConfig, dropout_seeds
 
 ENCODER_MESSAGE, PROXY_MESSAGE, BROADCAST_MESSAGE = "encoder_update", "proxy_update", "global_encoder"
 
@@ -57,47 +60,44 @@ def _kl(target_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
     return (target_logp.exp() * (target_logp - logp)).sum(-1)
 
 
-class FedSprayClients:
-    """All clients' private state (data, GNNs, encoder copies, node proxies, optimizers), stacked.
-    Only `uploads()` leaves it; everything else stays on the clients."""
+class FedSprayClient:
+    """Client k's private state: its graph, personalised GNN, copy of the encoder, labelled nodes' proxies and
+    their optimizers (the models stacked as one client, model.py). Only its two uploads leave it."""
 
-    def __init__(self, setup: Setup, p: FedSprayParams, omega: dict, device: torch.device):
-        self.p, self.K, self.C = p, len(setup.clients), setup.num_classes
-        self.graph = g = BlockGraph([c.x for c in setup.clients], [c.edge_index for c in setup.clients], device)
+    def __init__(self, k: int, data: Data, p: FedSprayParams, omega: dict, model: ModelConfig, num_classes: int,
+                 seed: int, device: torch.device):
+        self.p, self.C = p, num_classes
+        self.graph = BlockGraph([data.x], [data.edge_index], device)
+        if p.dropout:  # its own dropout stream, the same wherever the client runs
+            self.graph.generators = [torch.Generator(device).manual_seed(dropout_seeds(seed, [k])[0])]
         self.eval_graphs = BlockGraphs(device)  # the evaluation settings' graphs (predict_on)
         # Phase 2's losses read labelled rows only, and g_e, g_c, g_p act row by row: its forward
-        # passes run on the labelled nodes alone (no edges; same per-client weights), which is
-        # Phase 2 as written (up to float rounding), at |V_L|/|V| of the cost (the first layer dominates).
-        self.graph_L = BlockGraph([c.x[c.train_mask] for c in setup.clients],
-                                  [torch.zeros(2, 0, dtype=torch.long) for _ in setup.clients], device)
-        self.arch, self.layers = setup.model.model, setup.model.layers
-        self.y = torch.cat([c.y for c in setup.clients]).to(device)
-        self.train = torch.cat([c.train_mask for c in setup.clients]).to(device)
-        self.L = self.train.nonzero().view(-1)                       # labelled nodes, all clients
-        self.yL, self.cL = self.y[self.L], g.client_of[self.L]
-        K, C = self.K, self.C
-        self.n_train = torch.bincount(self.cL, minlength=K)           # N^(k) (training nodes)
-        self.n_nodes = torch.bincount(g.client_of, minlength=K)
-        self.class_counts = torch.bincount(self.cL * C + self.yL, minlength=K * C).view(K, C)
-        self.ce_w = 1.0 / self.n_train.clamp(min=1).float()[self.cL]  # mean over V_L^(k), per client
-        cfg = ModelConfig(self.arch, setup.model.hidden, self.layers, p.dropout)
-        self.theta = init_gnn(cfg, setup.num_features, self.C, K, setup.method.seed, p.gnn_init, device)
+        # passes run on the labelled nodes alone (no edges; the same weights), which is Phase 2 as
+        # written (up to float rounding), at |V_L|/|V| of the cost (the first layer dominates).
+        self.graph_L = BlockGraph([data.x[data.train_mask]], [torch.zeros(2, 0, dtype=torch.long)], device)
+        self.arch, self.layers = model.model, model.layers
+        self.train = data.train_mask.to(device)
+        self.L = self.train.nonzero().view(-1)                       # labelled nodes
+        self.yL = data.y.to(device)[self.L]
+        self.n_train = int(self.L.numel())                           # N^(k) (training nodes)
+        self.class_counts = torch.bincount(self.yL, minlength=num_classes)
+        self.ce_w = 1.0 / max(self.n_train, 1)                       # mean over V_L^(k)
+        cfg = ModelConfig(self.arch, model.hidden, self.layers, p.dropout)
+        self.theta = init_gnn(cfg, data.num_features, num_classes, k, seed, p.gnn_init, device)
         self.opt_theta = torch.optim.Adam(self.theta.values(), lr=p.lr_gnn, weight_decay=p.weight_decay, fused=True)
-        self.omega = stack_encoder(omega, K, device)
+        self.omega = stack_encoder(omega, device)
         self.opt_omega = torch.optim.Adam(self.omega.values(), lr=p.lr_encoder, fused=True)
-        self.node_proxy = torch.full((self.L.numel(), p.proxy_dim), p.node_proxy_init, device=device,
+        self.node_proxy = torch.full((self.n_train, p.proxy_dim), p.node_proxy_init, device=device,
                                      requires_grad=True)
         self.opt_proxy = torch.optim.Adam([self.node_proxy], lr=p.lr_proxy, fused=True)
 
     def _kd_weights(self, q: torch.Tensor) -> torch.Tensor:
-        """Per-node weights of L_G_KD: 1/|KD^(k)| on client k's KD nodes, 0 elsewhere."""
-        client_of = self.graph.client_of
+        """Per-node weights of L_G_KD [n]: 1/|KD| on the KD nodes, 0 elsewhere."""
         if self.p.kd_conf_threshold is None:
-            member = torch.ones_like(client_of, dtype=torch.bool)
+            member = torch.ones_like(self.train)
         else:
             member = self.train | (q.max(-1).values > self.p.kd_conf_threshold)
-        size = torch.bincount(client_of[member], minlength=self.K).clamp(min=1).float()
-        return member.float() / size[client_of]
+        return member.float() / member.sum().clamp(min=1).float()
 
     def phase1(self, omega: dict, S: torch.Tensor) -> None:
         """The GNN's E steps of Eq. 7, distilled from the received encoder and proxies."""
@@ -121,15 +121,15 @@ class FedSprayClients:
 
     @torch.no_grad()
     def predict(self) -> torch.Tensor:
-        """The personalised GNNs' eval-mode logits [N, C]."""
+        """The personalised GNN's eval-mode logits [n, C]."""
         return stacked_forward(self.arch, self.theta, self.graph, self.layers, self.p.dropout, False)
 
-    def predict_on(self, graphs: list[Data]) -> list[torch.Tensor]:
-        """Client k's personalised GNN's eval-mode logits on graphs[k]: list of [n_k, C]."""
-        return stacked_predict(self.arch, self.theta, self.eval_graphs.of(graphs), self.layers)
+    def predict_on(self, graph: Data) -> torch.Tensor:
+        """The personalised GNN's eval-mode logits on another graph [n_g, C] (an evaluation setting's)."""
+        return stacked_predict(self.arch, self.theta, self.eval_graphs.of([graph]), self.layers)[0]
 
     def phase2(self, S: torch.Tensor, gnn_logits: torch.Tensor) -> None:
-        """E steps of Eq. 11 on every client's encoder copy (already ω_{r-1}) and its labelled proxies."""
+        """E steps of Eq. 11 on the encoder copy (already ω_{r-1}) and the labelled proxies."""
         p = self.p
         target = gnn_logits[self.L].log_softmax(-1)
         if not p.persistent_node_proxies:
@@ -154,27 +154,58 @@ class FedSprayClients:
 
     @torch.no_grad()
     def local_proxies(self) -> torch.Tensor:
-        """s_j^(k): mean node proxy per client and class [K, C, d_s] (0 for a class the client lacks)."""
-        K, C = self.K, self.C
-        sums = torch.zeros(K * C, self.p.proxy_dim, device=self.node_proxy.device)
-        sums.index_add_(0, self.cL * C + self.yL, self.node_proxy.detach())
-        return (sums / self.class_counts.view(-1, 1).clamp(min=1)).view(K, C, -1)
+        """s_j^(k): the mean node proxy per class [C, d_s] (0 for a class the client lacks)."""
+        sums = torch.zeros(self.C, self.p.proxy_dim, device=self.node_proxy.device)
+        sums.index_add_(0, self.yL, self.node_proxy.detach())
+        return sums / self.class_counts.view(-1, 1).clamp(min=1)
 
     @torch.no_grad()
-    def uploads(self) -> tuple[list[dict], list[dict]]:
-        """Client k's two pre-weighted uploads (float64): encoder {N^(k)·ω^(k), n} and proxies
-        {p^(k)·S^(k), p^(k)}."""
+    def encoder_upload(self) -> dict[str, torch.Tensor]:
+        """{N^(k)·ω^(k) per tensor (PyG layout), n = N^(k)}, float64."""
+        n = float(self.n_train)
+        up = {name: from_stacked(name, v[0].detach()).double().cpu().mul_(n) for name, v in self.omega.items()}
+        up["n"] = torch.tensor(n, dtype=torch.float64)
+        return up
+
+    @torch.no_grad()
+    def proxy_upload(self) -> dict[str, torch.Tensor]:
+        """{proxy = p^(k)·S^(k) [C, d_s], weight = p^(k) [C]}, float64 (Eq. 15's weights: ratios or counts)."""
         counts = self.class_counts.double().cpu()
-        weights = counts if self.p.proxy_weights == "counts" else counts / counts.sum(1, keepdim=True).clamp(min=1)
-        proxies = self.local_proxies().double().cpu()
-        encoder, proxy = [], []
-        for k in range(self.K):
-            n = float(self.n_train[k])
-            up = {name: from_stacked(name, v[k].detach()).double().cpu().mul_(n) for name, v in self.omega.items()}
-            up["n"] = torch.tensor(n, dtype=torch.float64)
-            encoder.append(up)
-            proxy.append({"proxy": weights[k][:, None] * proxies[k], "weight": weights[k].clone()})
-        return encoder, proxy
+        weights = counts if self.p.proxy_weights == "counts" else counts / counts.sum().clamp(min=1)
+        return {"proxy": weights[:, None] * self.local_proxies().double().cpu(), "weight": weights}
+
+
+# ---- the client steps (privfgl.federation.client_steps) ------------------------------------------
+def _start(k: int, state: dict, data: Data, omega: dict, p: FedSprayParams, model: ModelConfig, num_classes: int,
+           seed: int, device: str) -> None:
+    state["client"] = FedSprayClient(k, data, p, omega, model, num_classes, seed, torch.device(device))
+
+
+def _phase1(k: int, state: dict, data: Data, omega: dict, S: torch.Tensor) -> None:
+    """Phase 1 from the received ω, S; keeps the GNN's logits for the evaluation and Phase 2."""
+    client = state["client"]
+    client.phase1(omega, S)
+    state["logits"] = client.predict()
+
+
+def _predict(k: int, state: dict, data: Data) -> torch.Tensor:
+    return state["logits"].cpu()
+
+
+def _predict_on(k: int, state: dict, data: Data, graph: Data) -> torch.Tensor:
+    return state["client"].predict_on(graph)
+
+
+def _phase2(k: int, state: dict, data: Data, S: torch.Tensor) -> None:
+    state["client"].phase2(S, state["logits"])
+
+
+def _encoder_upload(k: int, state: dict, data: Data) -> dict[str, torch.Tensor]:
+    return state["client"].encoder_upload()
+
+
+def _proxy_upload(k: int, state: dict, data: Data) -> dict[str, torch.Tensor]:
+    return state["client"].proxy_upload()
 
 
 def server_update(encoder_sums: dict, proxy_sums: dict, omega_prev: dict, S_prev: torch.Tensor) -> tuple[dict, torch.Tensor]:
@@ -193,7 +224,8 @@ def server_update(encoder_sums: dict, proxy_sums: dict, omega_prev: dict, S_prev
 
 
 def run_fedspray(setup: Setup) -> None:
-    """FedSpray on `setup`; metrics go to setup.tracker, bytes/views to setup.federation."""
+    """FedSpray's server loop on `setup`; every client step runs where the client is (setup.steps()). Metrics go
+    to setup.tracker, bytes/views to setup.federation."""
     p = resolve_params(setup.method.params)
     fed, timer, m = setup.federation, setup.federation.timer, setup.method
     device = torch.device(setup.device)
@@ -201,8 +233,9 @@ def run_fedspray(setup: Setup) -> None:
         setup.tracker.select = "val_loss"
     omega = init_encoder(setup.num_features, p.proxy_dim, setup.num_classes, seed=m.seed, head_init=p.head_init)
     S = initial_proxies(setup.num_classes, p.proxy_dim)
+    clients = setup.steps(allow_dead=True)  # the sums weigh the survivors (Σ N^(k), Σ p^(k) in the same message)
     with timer.phase("setup"):
-        clients = FedSprayClients(setup, p, omega, device)
+        clients.train(_start, omega, p, setup.model, setup.num_classes, m.seed, setup.device)
     with timer.phase("broadcast"):
         received = fed.broadcast(0, BROADCAST_MESSAGE, {**omega, "proxies": S})
 
@@ -210,14 +243,13 @@ def run_fedspray(setup: Setup) -> None:
         omega_r = {n: v.to(device) for n, v in received.items() if n != "proxies"}
         S_r = received["proxies"].to(device)
         with timer.phase("local_train"):
-            clients.phase1(omega_r, S_r)
-            logits = clients.predict()
+            clients.train(_phase1, omega_r, S_r)
         with timer.phase("evaluate"):
-            setup.tracker.evaluate(r, clients.graph.split(logits.cpu()), predict_on=clients.predict_on)
+            clients.evaluate(setup.tracker, r, _predict, predict_on=_predict_on)
         with timer.phase("local_train"):
-            clients.phase2(S_r, logits)
-        with timer.phase("client_upload"):
-            encoder_up, proxy_up = clients.uploads()
+            clients.train(_phase2, S_r)
+        with timer.phase("client_upload"):  # in process; on actors each message is made when its sum starts
+            encoder_up, proxy_up = clients.uploads(_encoder_upload), clients.uploads(_proxy_upload)
         encoder_sums = guard_denominators(fed.dp, ENCODER_MESSAGE, fed.aggregate(r, ENCODER_MESSAGE, encoder_up))
         proxy_sums = guard_denominators(fed.dp, PROXY_MESSAGE, fed.aggregate(r, PROXY_MESSAGE, proxy_up))
         with timer.phase("server_update"):
@@ -226,5 +258,5 @@ def run_fedspray(setup: Setup) -> None:
             received = fed.broadcast(r, BROADCAST_MESSAGE, {**omega, "proxies": S})
 
 
-__all__ = ["ENCODER", "ENCODER_MESSAGE", "PROXY_MESSAGE", "BROADCAST_MESSAGE", "FedSprayClients", "run_fedspray",
+__all__ = ["ENCODER", "ENCODER_MESSAGE", "PROXY_MESSAGE", "BROADCAST_MESSAGE", "FedSprayClient", "run_fedspray",
            "server_update"]
