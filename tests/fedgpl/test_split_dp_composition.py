@@ -147,12 +147,13 @@ def test_sequential_epsilon_is_the_per_row_epsilon_times_each_rounds_sensitivity
     assert record["privacy"]["epsilon"] == pytest.approx(2 * 1.0 * (1 + 2 * (n - 1)))
 
 
-def test_released_updates_still_learn_at_weak_noise(graph):
-    # Learning in this small setting (2 rounds, batch size 2) depends on the minibatch order: measured over
-    # seeds 0-11 the run reaches > 0.6 on 2 of 12 seeds (mean 0.40; with the shuffle stream shared by all
-    # clients that the client steps replaced, also 2 of 12 pass, mean 0.43). Seed 8 is one that learns.
-    _, record, _ = fedgpl(graph, "laplace:epsilon=1000,clip=1,on=split,mode=local,seed=5", seed=8)
-    assert record["metrics"]["per_task"]["acc"]["mean_over_tasks"] > 0.6  # chance: 1/3
+def test_released_updates_still_learn_at_weak_noise_and_a_clip_that_does_not_bind(graph):
+    # This small setting (2 rounds, batch size 2) learns on some seeds only, so the claim is a mean over seeds
+    # 0-2. Measured over seeds 0-5 at epsilon=1000, clip=100: 0.685 0.333 0.574 0.333 0.588 0.565 (mean 0.513);
+    # without DP 0.782 0.333 0.750 0.333 0.889 0.458 (mean 0.591). At clip=1 the clip binds: chance on 5 of 6.
+    accs = [fedgpl(graph, "laplace:epsilon=1000,clip=100,on=split,mode=local,seed=5", seed=seed)[1]
+            ["metrics"]["per_task"]["acc"]["mean_over_tasks"] for seed in range(3)]
+    assert sum(accs) / 3 > 0.45  # chance: 1/3
 
 
 def test_without_split_dp_the_composition_setting_changes_nothing(graph):
