@@ -2,7 +2,8 @@
 with the clients on 1, 2 and 10 actors of a local Ray (one per run, started before its clock). Prints a
 Markdown table: wall seconds of the run (actors' start and data loading included), its ratio to in-process,
 the start (wall minus the rounds' phases), seconds per round from the records' phases, MB up, the test
-accuracy and whether the metrics equal in-process's (docs/cluster.md).
+accuracy and whether the metrics equal in-process's (docs/cluster.md). Each actor count runs twice: cold (new
+actors) and warm (the same actors again, from an ActorPool: the run resets them, and skips their start).
 
     PRIVFGL_DATA=... python experiments/bench_ray_engine.py [--rounds 100] [--actors 1,2,10]
 """
@@ -23,9 +24,9 @@ BASE = dict(method="fedavg", dataset="cora", partition="louvain", clients=10, pr
             download=False, transcript="none")
 
 
-def timed(settings: dict) -> tuple[float, dict]:
+def timed(settings: dict, pool=None) -> tuple[float, dict]:
     start = time.perf_counter()
-    record, _ = run(config_for(settings))
+    record, _ = run(config_for(settings), ray_pool=pool)
     return time.perf_counter() - start, record
 
 
@@ -38,16 +39,22 @@ def main() -> int:
     from privfgl.sweep.ray_tasks import LOCAL, connect
     connect(LOCAL)
     import ray
+
+    from privfgl.federation.ray.clients import ActorPool
     rows, differ = [], []
     for protocol in args.protocols.split(","):
         settings = {**BASE, "rounds": args.rounds, "protocol": protocol}
         wall, reference = timed(settings)
         rows.append((protocol, "in-process", wall, 1.0, reference))
         for actors in [int(a) for a in args.actors.split(",")]:
-            wall_ray, record = timed({**settings, "engine": "ray", "clients_per_actor": 10 // actors})
-            rows.append((protocol, f"ray, {actors} actor{'s' * (actors > 1)}", wall_ray, wall_ray / wall, record))
-            if record["metrics"] != reference["metrics"]:
-                differ.append((protocol, actors))
+            pool = ActorPool()  # empty: the first run starts its actors
+            for start in ("cold", "warm"):  # new actors, then the same ones again from the pool
+                wall_ray, record = timed({**settings, "engine": "ray", "clients_per_actor": 10 // actors}, pool)
+                rows.append((protocol, f"ray, {actors} actor{'s' * (actors > 1)}, {start}", wall_ray,
+                             wall_ray / wall, record))
+                if record["metrics"] != reference["metrics"]:
+                    differ.append((protocol, actors))
+            pool.close()
     ray.shutdown()
     print(f"FedAvg, Cora, Louvain, 10 clients, {args.rounds} rounds, 1 torch thread per process, on "
           f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end)\n")
