@@ -270,6 +270,9 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster):
 # noise where it has noise (each client draws from its own stream, so the draws are the same on any actor).
 STEP_METHODS = {
     "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg"},
+    "fedlog": {"method_params": {"s": 4, "hidden": 32, "embed_dim": 16, "generator_epochs": 3, "generator_gnns": 2,
+                                 "generator_hidden": "32", "batch_size": 128, "warmup_epochs": 5},
+               "protocol": "secagg"},
 }
 
 

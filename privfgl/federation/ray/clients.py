@@ -183,8 +183,9 @@ class ActorSteps:
             out[k] = federation.upload(round, k, name, decode_tensors(header, data))
         return out
 
-    def evaluate(self, tracker, round: int, predict, *args, stage: str = "train") -> dict:
-        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
+    def evaluate(self, tracker, round: int, predict, *args, stage: str = "train", on=None) -> dict:
+        """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation.
+        `on` (logits on an evaluation setting's graph) is not used: settings beyond seen are refused on actors."""
         clients = self.clients
         got = clients.gather("each_tally", clients.alive_actors(), predict, args, tracker.select == "val_loss")
         self._check("evaluation")

@@ -19,7 +19,7 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd")  # client steps on actors (run_local,
+RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "fedlog")  # client steps on actors (run_local,
 # fedavg.run_rounds, and the methods written as client steps: privfgl.federation.client_steps)
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
