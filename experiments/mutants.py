@@ -886,6 +886,9 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("SF7", "O-pFGL's code_loops: checks after eval_every, 2·eval_every, … steps (offset not subtracted)",
      "privfgl/methods/opfgl/personalize.py", "        counted = step - schedule.offset\n",
      "        counted = step\n", ["tests/test_opfgl_code_options.py", "-k", "code_loops"]),
+    ("STB1", "FedLoG's local training draws dropout from the process's global stream: actors and in-process part ways",
+     "privfgl/methods/fedlog/client.py", "        with self.own_rng():\n            self._train_round(dg)\n",
+     "        self._train_round(dg)\n", ["tests/test_ray.py", "-k", "client_steps and fedlog"]),
 ]
 
 

@@ -20,6 +20,8 @@ import torch
 
 from experiments.determinism import differences
 from privfgl.cli import main
+from privfgl.federation.ray.run import RAY_METHODS
+from privfgl.methods import METHODS
 from privfgl.sweep import Cell, load_sweep, missing, run_sweep
 from privfgl.sweep.ray_tasks import resources
 from privfgl.sweep.runner import record_path
@@ -241,8 +243,14 @@ def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(clu
             assert 0.97 * 50 < float(u.std()) < 1.03 * 50
 
 
+UNPORTED = sorted(set(METHODS) - set(RAY_METHODS))  # methods not (yet) written for actors
+
+
 @pytest.mark.parametrize("flags, says", [
-    (["--method", "opfgl"], "method 'opfgl' is not built with the clients on Ray actors"),
+    pytest.param(["--method", UNPORTED[0]] if UNPORTED else [], f"method {UNPORTED[0]!r} is not built with the clients "
+                 "on Ray actors" if UNPORTED else "", marks=pytest.mark.skipif(not UNPORTED, reason="every method runs")),
+    (["--method", "opfgl", "--protocol", "ckks"], "opfgl's class counts through bfv beside the run's ckks"),
+    (["--method", "opfgl", "--method-param", "server_efficient=true"], "opfgl server_efficient=true opens the sums"),
     (["--protocol", "crypten", "--clients-per-actor", "2"], "crypten's parties are the client actors, one client"),
     (["--dp", "gaussian:sigma=1,clip=1,on=update,mode=central,seed=3"], "a DP noise seed: each actor draws"),
     (["--clients-per-actor", "0"], "invalid clients_per_actor 0"),
@@ -273,6 +281,8 @@ STEP_METHODS = {
     "fedlog": {"method_params": {"s": 4, "hidden": 32, "embed_dim": 16, "generator_epochs": 3, "generator_gnns": 2,
                                  "generator_hidden": "32", "batch_size": 128, "warmup_epochs": 5},
                "protocol": "secagg"},
+    "opfgl": {"rounds": 1, "method_params": {"condense_iters": 100, "max_iters": 200, "eval_every": 50},
+              "protocol": "secagg"},
 }
 
 
