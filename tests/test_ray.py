@@ -308,3 +308,17 @@ def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster):
     dp = on_actors["privacy"]["dp"]
     assert dp["accounted_sample_rate"] == 0.5 and dp["noise_source"] == dp["sampling_source"] == "os"
     assert setup.extras["sampled_clients"] == []  # the coins stayed on the actors
+
+
+def test_opfgl_draws_each_clients_dp_noise_share_on_its_actor(cluster):
+    """O-pFGL's node-level DP under ckks (distributed shares, a seeded dp_seed): every client draws its share
+    from its own stream on its actor, so the record is the in-process one, and no share reaches the driver."""
+    params = {"condense_iters": 100, "max_iters": 200, "eval_every": 50, "dp_epsilon": 4.0, "dp_clip": 2.0,
+              "dp_degree": 3, "dp_seed": "3"}
+    in_process, on_actors, setup = _in_process_and_on_actors(cluster, method="opfgl", rounds=1, protocol="ckks",
+                                                             method_params=params)
+    differ = [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))]
+    assert [d for d in differ if not d.startswith(NONDETERMINISTIC_BYTES)] == []  # SEAL's ciphertext sizes vary
+    assert on_actors["privacy"]["dp"]["mode"] == "distributed" and on_actors["privacy"]["epsilon"] > 0
+    assert setup.extras["dp"].client_noise == () and setup.clients == []
+    assert on_actors["cost"]["wire_check"]["equal"]

@@ -18,7 +18,9 @@ Stage 1 is one trajectory for the K clients: in the homogeneous setting every cl
 initialisation on the same pseudo-graph with the same deterministic steps (with dropout > 0, the same
 masks), and each client early-stops it on its own validation nodes. Stage 2's dropout draws client k's rows
 from the block graph's per-client generators when they are set (``BlockGraph.generators``), else from
-torch's global generator. run.py runs both stages for one client at a time (K = 1), where the client is.
+torch's global generator. run.py runs stage 1 over the clients of one place (all K in process, an actor's
+on Ray) and stage 2 for each client alone (K = 1), so that a client's model does not depend on which clients
+share its process.
 """
 from __future__ import annotations
 

@@ -35,10 +35,12 @@ All clients start M_G from one initialisation drawn from the run seed (the code 
 server; here it is a shared seed, so no model bytes move). `--rounds` must be 1.
 
 The clients' side is written as client steps (privfgl.federation.client_steps: `_statistics` .. `_predict_on`),
-so a run's clients can be Ray actors (`--engine ray`); run_opfgl is the server's loop. Each client
-personalises on its own graph alone (personalize.py with K = 1: the same numbers as the stacked K clients,
-whose steps never mix), and draws stage 2's dropout (dropout > 0) from its own stream; stage 1's masks come
-from one stream seeded by the run seed, the same on every client, as the shared trajectory needs.
+so a run's clients can be Ray actors (`--engine ray`); run_opfgl is the server's loop. Stage 1 is a group
+step: the one trajectory of M_G is trained once per place (all K clients in process, an actor's on Ray) and
+each client early-stops it on its own validation nodes; its dropout masks (dropout > 0) come from one stream
+seeded by the run seed, the same on every client. Stage 2 runs per client on its own graph alone (K = 1: in a
+stack, the padded batched product would round a client's gradients differently with its neighbours), its
+dropout from its own stream. So a client's model is the same whichever clients share its process.
 
 Dropout (secagg's `dropout`, the runtime's participation mask) in the one upload: the counts n, b,
 n_orig and the sums S1, S2 are all sums, so μ and s² are the survivors' pooled statistics and the
@@ -126,23 +128,26 @@ def _counts_upload(k: int, state: dict, data) -> dict:
     return state["view"].sums.counts()
 
 
-def _stage1(k: int, state: dict, data, pseudo: PseudoGraph, init: Params, layers: int, p: OPFGLParams, seed: int,
-            device: str) -> None:
-    """M_G trained on the pseudo-graph from the public `init`, early-stopped on its own validation nodes
-    (personalize.stage1, K = 1); kept as stage 2's teacher."""
+def _stage1(ks: list[int], states: list[dict], datas: list, pseudo: PseudoGraph, init: Params, layers: int,
+            p: OPFGLParams, seed: int, device: str) -> None:
+    """A group step (the clients of one place): M_G trained once on the pseudo-graph from the public `init`
+    (its steps read no client data), each client early-stopping it on its own validation nodes
+    (personalize.stage1); kept as its stage-2 teacher [1, ...]."""
     device = torch.device(device)
-    graphs = LocalGraphs([data], device)
+    graphs = LocalGraphs(datas, device)
     with torch.random.fork_rng():  # stage 1's masks: one stream from the run seed, the same on every client
         torch.manual_seed(client_seed(seed, 0, STAGE1_STREAM))
         teacher = stage1({n: v.to(device) for n, v in init.items()}, pseudo, graphs, layers, p.dropout,
                          _schedule(p, p.lr_stage1))
-    state.update(graphs=graphs, teacher=teacher.params, layers=layers, device=device)
+    for i, state in enumerate(states):
+        state.update(teacher={n: v[i:i + 1] for n, v in teacher.params.items()}, layers=layers, device=device)
 
 
 def _stage2(k: int, state: dict, data, p: OPFGLParams, seed: int) -> None:
-    """Fine-tuning on its own graph with γ-weighted distillation from its teacher (personalize.stage2, K = 1),
-    dropout from its own stream; keeps its personalised GCN and the logits of its best check."""
-    graphs, layers = state.pop("graphs"), state["layers"]
+    """Client k fine-tunes its teacher on its own graph alone with γ-weighted distillation (personalize.stage2,
+    K = 1: stacked with other clients, a padded batched product would round its gradients differently), its
+    dropout from its own stream; keeps its personalised GCN [1, ...] and the logits of its best check."""
+    graphs, layers = LocalGraphs([data], state["device"]), state["layers"]
     graphs.block.generators = [torch.Generator(state["device"]).manual_seed(client_seed(seed, k, STAGE2_STREAM))]
     gamma = _gamma(state["view"], p)
     personal = stage2(state.pop("teacher"), graphs, None if gamma is None else gamma.to(state["device"]), layers,
@@ -248,7 +253,7 @@ def run_opfgl(setup: Setup) -> None:
     cfg = ModelConfig("gcn", setup.model.hidden, setup.model.layers, p.dropout)
     init = from_pyg(init_params(cfg, setup.num_features, num_classes, seed=seed), cfg.layers, 1)  # public: the seed's
     with timer.phase("stage1"):
-        clients.each(_stage1, pseudo, init, cfg.layers, p, seed, setup.device)
+        clients.group(_stage1, pseudo, init, cfg.layers, p, seed, setup.device)
     with timer.phase("stage2"):
         clients.each(_stage2, p, seed)
     with timer.phase("evaluate"):
