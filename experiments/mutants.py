@@ -891,7 +891,8 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "        self._train_round(dg)\n", ["tests/test_ray.py", "-k", "client_steps and fedlog"]),
     ("STB2", "O-pFGL's clients draw their DP noise shares from the run's one source, not each its own stream: actors "
      "and in-process part ways", "privfgl/methods/opfgl/dp.py",
-     "upload[b].shape for b in BLOCKS}, source.for_client(k), share)", "upload[b].shape for b in BLOCKS}, source, share)",
+     "upload[b].shape for b in BLOCKS}, source.for_client(k), share)",
+     "upload[b].shape for b in BLOCKS}, source, share)",
      ["tests/test_ray.py", "-k", "opfgl_draws"]),
 ]
 

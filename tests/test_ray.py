@@ -247,8 +247,9 @@ UNPORTED = sorted(set(METHODS) - set(RAY_METHODS))  # methods not (yet) written 
 
 
 @pytest.mark.parametrize("flags, says", [
-    pytest.param(["--method", UNPORTED[0]] if UNPORTED else [], f"method {UNPORTED[0]!r} is not built with the clients "
-                 "on Ray actors" if UNPORTED else "", marks=pytest.mark.skipif(not UNPORTED, reason="every method runs")),
+    pytest.param(["--method", UNPORTED[0]] if UNPORTED else [],
+                 f"method {UNPORTED[0]!r} is not built with the clients on Ray actors" if UNPORTED else "",
+                 marks=pytest.mark.skipif(not UNPORTED, reason="every method runs on actors")),
     (["--method", "opfgl", "--protocol", "ckks"], "opfgl's class counts through bfv beside the run's ckks"),
     (["--method", "opfgl", "--method-param", "server_efficient=true"], "opfgl server_efficient=true opens the sums"),
     (["--protocol", "crypten", "--clients-per-actor", "2"], "crypten's parties are the client actors, one client"),

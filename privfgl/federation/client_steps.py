@@ -79,6 +79,6 @@ class ClientSteps:
         """Every client's logits predict(k, state, data, *args) [n_k, C] into the tracker; `on(k, state, data,
         graph)`: its logits on an evaluation setting's graph (the tracker's predict_on, for `--evaluate`)."""
         logits = [predict(k, self.states[k], c, *args) for k, c in enumerate(self.clients)]
-        predict_on = None if on is None else (
-            lambda graphs: [on(k, self.states[k], c, g) for k, (c, g) in enumerate(zip(self.clients, graphs, strict=True))])
+        predict_on = None if on is None else (lambda graphs: [
+            on(k, self.states[k], c, g) for k, (c, g) in enumerate(zip(self.clients, graphs, strict=True))])
         return tracker.evaluate(round, logits, stage, predict_on)

@@ -19,8 +19,9 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "fedlog", "opfgl")  # client steps on actors (run_local,
-# fedavg.run_rounds, and the methods written as client steps: privfgl.federation.client_steps)
+# Client steps on actors: run_local, fedavg.run_rounds, and the methods written as client steps
+# (privfgl.federation.client_steps).
+RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "fedlog", "opfgl")
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
                "same draws; valid: seed=os (the default)",

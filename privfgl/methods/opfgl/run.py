@@ -65,7 +65,7 @@ from privfgl.methods.opfgl.stats import ClientView, client_statistics, pooled_st
 from privfgl.models.stacked import BlockGraph, stacked_predict
 from privfgl.training import ModelConfig, Params, init_params
 
-STAGE1_STREAM, STAGE2_STREAM = 0x0F51, 0x0F52  # client_seed purposes of the stage-1 (one for all: k = 0) and stage-2 masks
+STAGE1_STREAM, STAGE2_STREAM = 0x0F51, 0x0F52  # client_seed purposes: stage 1's masks (one stream, k = 0), stage 2's
 
 
 def _counts_protocol(p: OPFGLParams, run_protocol: str):
