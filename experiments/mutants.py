@@ -909,6 +909,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "server's trunk dropout masks: on actors the record differs)", "privfgl/methods/fedgpl/run.py",
      "batch_size=batch_size, generator=torch.Generator()):", "batch_size=batch_size):",
      ["tests/test_ray.py", "-k", "client_steps and fedgpl"]),
+    ("STB1", "FedLoG's local training draws dropout from the process's global stream: actors and in-process part ways",
+     "privfgl/methods/fedlog/client.py", "        with self.own_rng():\n            self._train_round(dg)\n",
+     "        self._train_round(dg)\n", ["tests/test_ray.py", "-k", "client_steps and fedlog"]),
+    ("STB2", "O-pFGL's clients draw their DP noise shares from the run's one source, not each its own stream: actors "
+     "and in-process part ways", "privfgl/methods/opfgl/dp.py",
+     "upload[b].shape for b in BLOCKS}, source.for_client(k), share)",
+     "upload[b].shape for b in BLOCKS}, source, share)",
+     ["tests/test_ray.py", "-k", "opfgl_draws"]),
 ]
 
 

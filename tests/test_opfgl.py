@@ -256,6 +256,44 @@ def test_server_efficient_variant_reveals_the_sums_to_clients_only(sbm):
     assert 0 < record["metrics"]["test_acc"] <= 1
 
 
+def _personalised(clients: list, ks: list[int], p, pseudo, init) -> list[dict]:
+    """The clients `ks` through the two personalisation stages as one group (run.py's group steps)."""
+    from privfgl.methods.opfgl.run import _stage1, _stage2, _statistics
+    states = [{} for _ in ks]
+    for k, state, data in zip(ks, states, clients):
+        _statistics(k, state, data, 3, p)
+    _stage1(ks, states, clients, pseudo, init, 2, p, 0, "cpu")
+    for k, state, data in zip(ks, states, clients):
+        _stage2(k, state, data, p, 0)
+    return states
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_a_clients_personalised_model_is_that_of_its_run_alone_in_any_group(sbm, dropout):
+    """Stage 1 runs over the clients of one place (all K in process, an actor's on Ray), stage 2 per client:
+    client k's personalised GCN and logits are those of its run alone, bit for bit, with dropout too (its
+    stage-2 masks from its own stream), so the grouping never changes a record."""
+    from privfgl.data import client_subgraphs, partition_nodes, split_clients
+    from privfgl.methods.opfgl.condense import PseudoGraph
+    from privfgl.methods.opfgl.personalize import from_pyg
+    from privfgl.training import ModelConfig, init_params
+    clients = client_subgraphs(sbm, partition_nodes(sbm, "louvain", 3, seed=0))
+    split_clients(clients, 0.2, 0.4, 0.4, seed=0)
+    p = resolve_params({**FAST, "dropout": dropout})
+    g = torch.Generator().manual_seed(1)
+    pairs = torch.combinations(torch.arange(6)).T
+    edges = torch.cat([pairs, pairs.flip(0)], 1)
+    pseudo = PseudoGraph(torch.randn(6, 16, generator=g), edges, torch.rand(pairs.shape[1], generator=g).repeat(2),
+                         torch.tensor([0, 0, 1, 1, 2, 2]))
+    init = from_pyg(init_params(ModelConfig("gcn", 16, 2, dropout), 16, 3, seed=0), 2, 1)
+    together = _personalised(clients, [0, 1, 2], p, pseudo, init)
+    for k in range(3):
+        (alone,) = _personalised([clients[k]], [k], p, pseudo, init)
+        assert torch.equal(alone["logits"], together[k]["logits"])
+        assert all(torch.equal(v, together[k]["params"][n]) for n, v in alone["params"].items())
+    assert not torch.equal(together[0]["params"]["convs.0.lin.weight"], init["w0"].transpose(1, 2))  # it trained
+
+
 def test_the_same_seed_gives_the_same_run(sbm, runs):
     again, _ = sbm_run(sbm, "plain")
     assert again["metrics"]["per_client"] == runs["plain"][0]["metrics"]["per_client"]

@@ -279,7 +279,8 @@ class DPNoiseRemoval(Attack):
         mech, source = opfgl_dp.calibrate(p), NoiseSource(seed)
         observed = {b: found[0].tensors[b].double() for b in opfgl_dp.BLOCKS}
         shapes = {b: t.shape for b, t in observed.items()}
-        noise = _sum([mech.noise(shapes, source, aux.noise_share) for _ in range(aux.num_clients)])
+        # each client draws its share from its own stream of the seed (NoiseSource.for_client, opfgl/dp.py)
+        noise = _sum([mech.noise(shapes, source.for_client(k), aux.noise_share) for k in range(aux.num_clients)])
         std = mech.noise_std
         in_std = lambda d: {b: d[b] / std[b] for b in opfgl_dp.BLOCKS}
         sum_std = math.sqrt(aux.num_clients * aux.noise_share)  # K shares, in units of the calibrated std

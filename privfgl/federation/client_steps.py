@@ -14,6 +14,11 @@ The contract, which keeps a method's record the same in process and on actors:
 - what ``each`` returns crosses to the server's process, so it must be public: sizes, a flag, nothing
   derived from the client's private data. Messages go through ``uploads`` (a sum's inputs) or
   ``messages`` (booked on the channel); evaluation through ``evaluate`` (counts only).
+
+A group step ``step(ks, states, datas, *args)`` (``group``) runs the clients hosted in one place together: all
+K in process, an actor's members on Ray (the stacked engine). It must give each client what its own run alone
+would, bit for bit (its computation on client k's rows never mixes in another client's), so that the grouping
+does not change the record.
 """
 from __future__ import annotations
 
@@ -71,6 +76,10 @@ class ClientSteps:
     def train(self, step: Step, *args) -> None:
         """``each`` whose results stay with the clients (nothing returns to the server)."""
         self.each(step, *args)
+
+    def group(self, step: Step, *args) -> None:
+        """step(ks, states, datas, *args) over every client at once (nothing returns to the server)."""
+        step(list(range(self.num_clients)), self.states, self.clients, *args)
 
     def uploads(self, step: Step, *args) -> list[Tensors]:
         """Every client's message step(k, state, data, *args), the inputs of one Federation.aggregate."""

@@ -12,6 +12,7 @@ from privfgl.data import client_subgraphs, contextual_sbm, partition_nodes, spli
 from privfgl.errors import ConfigError
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER, Federation, Transcript
+from privfgl.federation.client_steps import ClientSteps
 from privfgl.methods.opfgl import dp as opfgl_dp
 from privfgl.methods.dp_fedavg import NO_AMPLIFICATION, dp_fedavg_params, draw_participation
 from privfgl.methods.opfgl.params import resolve_params
@@ -110,7 +111,7 @@ def opfgl_release(graph, **params):
     split_clients(clients, 0.2, 0.4, 0.4, seed=0)
     p = resolve_params({"dp_epsilon": 4.0, "dp_clip": 2.0, "dp_degree": 3, **params})
     fed = Federation(K, protocols.get_protocol("plain"), Transcript("none"))
-    _, sums, report = opfgl_dp.release(fed, clients, 3, p, seed=0)
+    _, sums, report = opfgl_dp.release(fed, ClientSteps(clients), 3, p, seed=0)
     return sums["S1"], report.report()["dp"]
 
 

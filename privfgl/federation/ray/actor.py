@@ -125,6 +125,10 @@ class ClientHost:
         """Client -> step(k, its state, its data, *args); the result must be public (the step's contract)."""
         return {k: step(k, self.states[k], self.clients[k], *args) for k in self.members}
 
+    def group(self, step, args: tuple) -> None:
+        """step(its clients, their states, their data, *args): a group step over this actor's clients at once."""
+        step(list(self.members), [self.states[k] for k in self.members], [self.clients[k] for k in self.members], *args)
+
     def each_tally(self, predict, args: tuple, with_loss: bool) -> dict[int, dict]:
         """Each client's evaluation counts of its logits predict(k, state, data, *args)."""
         return {k: self.views[k].tally(predict(k, self.states[k], self.clients[k], *args), with_loss)

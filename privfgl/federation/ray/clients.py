@@ -241,6 +241,11 @@ class ActorSteps:
         """``each`` without waiting or results: its errors surface at the next call that waits."""
         self.clients.send("each", self.clients.alive_actors(), step, args)
 
+    def group(self, step, *args) -> None:
+        """A group step over each actor's living clients at once; waits (its errors surface here)."""
+        self.clients.gather("group", self.clients.alive_actors(), step, args)
+        self._check(self._step_name(step))
+
     def uploads(self, step, *args) -> RemoteUploads:
         return RemoteUploads(self.clients, "step_upload", step, args)
 

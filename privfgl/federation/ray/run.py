@@ -19,9 +19,10 @@ from privfgl.federation.messages import SERVER
 from privfgl.federation.ray.sums import REMOTE_PROTOCOLS, RemoteCrypten, RemoteHE
 from protocols.secagg.protocol import round_clients
 
-RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd", "fedspray",
-               "fedgpl")  # client steps on actors (run_local,
-# fedavg.run_rounds, and the methods written as client steps: privfgl.federation.client_steps)
+# Client steps on actors: run_local, fedavg.run_rounds, and the methods written as client steps
+# (privfgl.federation.client_steps).
+RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd", "fedspray", "fedgpl", "fedlog",
+               "opfgl")
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
                "same draws; valid: seed=os (the default)",
@@ -73,6 +74,11 @@ def check_ray_run(cfg) -> None:
     if isinstance(cfg.clients_per_actor, bool) or not isinstance(cfg.clients_per_actor, int) \
             or cfg.clients_per_actor < 1:
         raise ConfigError(f"invalid clients_per_actor {cfg.clients_per_actor!r}; valid: an integer >= 1")
+    if cfg.method == "opfgl":  # its own params: server_efficient, counts_protocol
+        from privfgl.methods.opfgl.run import ray_refusal  # noqa: PLC0415
+        why = ray_refusal(cfg.method_params, cfg.protocol)
+        if why is not None:
+            raise ConfigError(f"--engine ray: {why}")
     if "kill_at" in params:
         if cfg.protocol != "secagg":
             raise ConfigError("kill_at: only secagg's rounds can kill a client actor (fault injection)")

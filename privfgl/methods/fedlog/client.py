@@ -3,17 +3,20 @@ X_tail, the class curriculum γ_k and the frozen class generators {NG^c} once re
 `uploads` and `generator_upload` leave it (pre-weighted sums for the protocol)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
+from privfgl.federation.client_steps import client_seed
 from privfgl.methods.fedlog.generator import NeighbourGenerator, load_flat, new_generator
 from privfgl.methods.fedlog.model import FedLoGModel, gate, in_degree, mix, neighbour_mean
 from privfgl.methods.fedlog.params import FedLoGParams
 
 EVAL_CHUNK = 1024  # queries per classifier call at evaluation (bounds the [B, P, D] message tensor)
+TORCH_STREAM = 0xF1D  # client_seed purpose of a client's torch stream (dropout, its warm-up head's initialisation)
 
 
 class GlobalSynthetic:
@@ -24,6 +27,10 @@ class GlobalSynthetic:
 
 
 class FedLoGClient:
+    """Its random draws come from its own streams, seeded by the run seed and k: `rng` (minibatch order,
+    within-class permutations) and a torch stream for dropout and the warm-up head (``own_rng``), so a client
+    draws the same wherever it runs (in process or on a Ray actor; privfgl.federation.client_steps)."""
+
     def __init__(self, k: int, data: Data, num_classes: int, p: FedLoGParams, init_model: dict,
                  init_synthetic: tuple[torch.Tensor, torch.Tensor], seed: int):
         self.k, self.p, self.C = k, p, num_classes
@@ -31,7 +38,9 @@ class FedLoGClient:
         self.n = int(data.num_nodes)
         self.train_idx = data.train_mask.nonzero().view(-1)
         self.degree = in_degree(data.edge_index, self.n)
-        self.model = FedLoGModel(data.num_features, p)
+        self.torch_state = torch.Generator().manual_seed(client_seed(seed, k, TORCH_STREAM)).get_state()
+        with self.own_rng():
+            self.model = FedLoGModel(data.num_features, p)
         self.model.load_state_dict(init_model)
         self.x_head = init_synthetic[0].clone().requires_grad_(True)
         self.x_tail = init_synthetic[1].clone().requires_grad_(True)
@@ -42,6 +51,17 @@ class FedLoGClient:
         counts = torch.bincount(data.y[self.train_idx], minlength=num_classes).double()
         self.n_train = int(self.train_idx.numel())
         self.class_rate = counts / max(self.n_train, 1)               # r_k^c on training nodes [P App B]
+
+    @contextlib.contextmanager
+    def own_rng(self):
+        """torch's global CPU generator set to this client's stream for the block, then restored."""
+        saved = torch.get_rng_state()
+        torch.set_rng_state(self.torch_state)
+        try:
+            yield
+        finally:
+            self.torch_state = torch.get_rng_state()
+            torch.set_rng_state(saved)
 
     # --- forward ---------------------------------------------------------------------------------
     def _embed(self, x: torch.Tensor, edge_index: torch.Tensor, extra: list[torch.Tensor],
@@ -84,7 +104,11 @@ class FedLoGClient:
         """`local_epochs` epochs of minibatches: L_cls + β L_norm (+ L_g on D_g when received; the
         code's joint loss, A.12.9), Adam on φ_k and on X_head, X_tail; γ_k's curriculum. L_g reads all
         of D_g at every step (global_per_step=all, [C]) or each D_g node once per epoch, spread over the
-        steps (share)."""
+        steps (share). Dropout draws from the client's own stream."""
+        with self.own_rng():
+            self._train_round(dg)
+
+    def _train_round(self, dg: GlobalSynthetic | None) -> None:
         p, d = self.p, self.data
         self.model.train()
         alpha_all = gate(self.degree, p.tail_degree)
@@ -138,7 +162,12 @@ class FedLoGClient:
 
     def warmup(self) -> int:
         """[C]'s round-0 pretraining: φ_E + a local Linear head, full batch, cross-entropy, up to
-        `warmup_epochs`, early-stopped on the validation nodes (never test; A.12.12). Returns epochs run."""
+        `warmup_epochs`, early-stopped on the validation nodes (never test; A.12.12). Returns epochs run.
+        The head's initialisation and dropout draw from the client's own stream."""
+        with self.own_rng():
+            return self._warmup()
+
+    def _warmup(self) -> int:
         p, d = self.p, self.data
         head = torch.nn.Linear(p.embed_dim, self.C)
         opt = torch.optim.Adam([*self.model.embedder.parameters(), *head.parameters()], lr=p.lr,

@@ -79,27 +79,40 @@ def colluders(p: OPFGLParams, protocol, num_clients: int) -> tuple[int, int]:
     return sized_colluders(requested, tolerated, num_clients), tolerated
 
 
-def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: int, reveal_to: str = "server"
+def _dp_upload(k: int, state: dict, data, num_classes: int, p: OPFGLParams, seed: int, mech: ClassStatsRelease,
+               source: NoiseSource, share: float | None) -> dict[str, torch.Tensor]:
+    """Client k's step (privfgl.federation.client_steps): its clipped sums, plus its noise share (distributed
+    mode: `share` of the variance, drawn from its own stream source.for_client(k), kept in its state for an
+    auditor), or none (central mode: share None)."""
+    upload = client_sums(data, num_classes, p, seed)
+    if share is None:
+        return upload
+    state["dp_noise"] = noise = mech.noise({b: upload[b].shape for b in BLOCKS}, source.for_client(k), share)
+    return {b: upload[b] + noise[b] for b in BLOCKS}
+
+
+def release(fed, clients, num_classes: int, p: OPFGLParams, seed: int, reveal_to: str = "server"
             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], StatsReleaseReport]:
-    """Clip, noise and securely sum every client's statistics once. Returns the counts and sums in
-    pooled_statistics' format ({"n", "b", "n_orig"} int64 [C]; {"S1", "S2"} float64) and the report."""
+    """Clip, noise and securely sum every client's statistics once (`clients`: where the client steps run,
+    Setup.steps()). Returns the counts and sums in pooled_statistics' format ({"n", "b", "n_orig"} int64 [C];
+    {"S1", "S2"} float64) and the report; the report keeps each client's noise draw for an auditor when the
+    clients run in this process (on Ray actors it stays there)."""
     mode = dp_mode(p, fed.protocol.name)
     mech = calibrate(p)
     source = NoiseSource.from_setting(p.dp_seed if p.dp_seed == OS else int(p.dp_seed))
-    uploads = [client_sums(c, num_classes, p, seed) for c in clients]
-    K = len(clients)
-    extra, noises = {}, []
+    K = clients.num_clients
+    extra, share = {}, None
     if mode == "distributed":
         c, tolerated = colluders(p, fed.protocol, K)
         share = share_fraction(K, c)
         extra["distributed"] = distributed_report(
             K, c, tolerated, lambda m: gaussian_epsilon([(mech.sigma * m, 1.0, 1)], p.dp_delta))
-        noises = [mech.noise({b: u[b].shape for b in BLOCKS}, source, share) for u in uploads]
-        uploads = [{b: u[b] + noise[b] for b in BLOCKS} for u, noise in zip(uploads, noises)]
-    total = fed.aggregate(0, "class_stats", uploads, reveal_to=reveal_to)
+    total = fed.aggregate(0, "class_stats", clients.uploads(_dp_upload, num_classes, p, seed, mech, source, share),
+                          reveal_to=reveal_to)
+    noises = () if share is None or clients.remote else tuple(state["dp_noise"] for state in clients.states)
     survivors = fed.survivors(0, "class_stats")
-    if mode == "distributed" and len(survivors) < len(clients):
-        missing = sorted(set(range(len(clients))) - set(survivors))
+    if mode == "distributed" and len(survivors) < K:
+        missing = sorted(set(range(K)) - set(survivors))
         raise ValueError(f"opfgl: {', '.join(f'client{k}' for k in missing)} dropped out of the distributed-noise DP "
                          f"release: the sum carries only {len(survivors)}/(K - c) of the calibrated noise "
                          "variance (each client adds a 1/(K - c) share), so the reported epsilon would not hold; use "
@@ -113,4 +126,4 @@ def release(fed, clients: list[Data], num_classes: int, p: OPFGLParams, seed: in
                "min_count": "not applied (every client sends every class; m_c = K, the survivors under dropout)",
                "counts": "noised with S1/S2, summed as floats, rounded to integers >= 0 after the reveal", **extra}
     return counts, {"S1": total["S1"], "S2": total["S2"]}, StatsReleaseReport(mech, p.dp_epsilon, p.dp_delta, mode,
-                                                                              UNIT, details, source, tuple(noises))
+                                                                              UNIT, details, source, noises)

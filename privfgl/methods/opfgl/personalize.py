@@ -14,10 +14,13 @@ every client has stopped; in stage 2 a stopped client is dropped from the stacke
 the result equals K separate runs and the cost follows the clients still training. A client that
 never improves keeps its last parameters (as the code does).
 
-[simulation] Stage 1 is computed once: in the homogeneous setting every client trains the same
-initialisation on the same pseudo-graph with the same deterministic steps, so the K trajectories
-are identical; each client still early-stops that trajectory on its own validation nodes. (With
-dropout > 0 this means the clients draw the same stage-1 dropout masks.)
+Stage 1 is one trajectory for the K clients: in the homogeneous setting every client trains the same
+initialisation on the same pseudo-graph with the same deterministic steps (with dropout > 0, the same
+masks), and each client early-stops it on its own validation nodes. Stage 2's dropout draws client k's rows
+from the block graph's per-client generators when they are set (``BlockGraph.generators``), else from
+torch's global generator. run.py runs stage 1 over the clients of one place (all K in process, an actor's
+on Ray) and stage 2 for each client alone (K = 1), so that a client's model does not depend on which clients
+share its process.
 """
 from __future__ import annotations
 
@@ -71,8 +74,11 @@ class LocalGraphs:
         self.features = FixedSparse(rows, g.client_of[rows] * f + cols, g.x[rows, cols], g.num_nodes, self.num_clients * f)
 
     def subset(self, ids: torch.Tensor) -> "LocalGraphs":
-        """The clients `ids` (int64 [K']) alone, in that order."""
-        return LocalGraphs([self.clients[i] for i in ids.tolist()], self.device)
+        """The clients `ids` (int64 [K']) alone, in that order (with their dropout generators, if set)."""
+        sub = LocalGraphs([self.clients[i] for i in ids.tolist()], self.device)
+        if self.block.generators is not None:
+            sub.block.generators = [self.block.generators[i] for i in ids.tolist()]
+        return sub
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
         """Row indices [N'] of the clients `ids` in these graphs, client by client."""
@@ -93,7 +99,7 @@ class LocalGraphs:
                 h = self.block.linear(h, params[f"w{i}"])
             h = self.adj @ h + params[f"b{i}"].index_select(0, self.client_of)
             if i < layers - 1:
-                h = drop(F.relu(h), p_drop, training)
+                h = drop(F.relu(h), p_drop, training, self.block)
         return h
 
     def validation_accuracy(self, logits: torch.Tensor) -> torch.Tensor:
