@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
+from privfgl.federation.client_steps import global_rng
 from privfgl.models import build_model
 from privfgl.models.stacked import (STACKABLE, BlockGraph, BlockGraphs, from_stacked, stacked_forward, stacked_predict,
                                     to_stacked)
@@ -175,13 +176,8 @@ def _client_rng(states: list[torch.Tensor] | None, k: int):
     if states is None:
         yield
         return
-    saved = torch.get_rng_state()
-    torch.set_rng_state(states[k])
-    try:
+    with global_rng(states, k):
         yield
-    finally:
-        states[k] = torch.get_rng_state()
-        torch.set_rng_state(saved)
 
 
 class StackedTrainers(LocalTrainers):

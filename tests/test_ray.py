@@ -268,13 +268,7 @@ def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(clu
             assert 0.97 * 50 < float(u.std()) < 1.03 * 50
 
 
-UNPORTED = sorted(set(METHODS) - set(RAY_METHODS))  # methods not (yet) written for actors
-
-
 @pytest.mark.parametrize("flags, says", [
-    pytest.param(["--method", UNPORTED[0]] if UNPORTED else [],
-                 f"method {UNPORTED[0]!r} is not built with the clients on Ray actors" if UNPORTED else "",
-                 marks=pytest.mark.skipif(not UNPORTED, reason="every method runs on actors")),
     (["--method", "opfgl", "--protocol", "ckks"], "opfgl's class counts through bfv beside the run's ckks"),
     (["--method", "opfgl", "--method-param", "server_efficient=true"], "opfgl server_efficient=true opens the sums"),
     (["--protocol", "crypten", "--clients-per-actor", "2"], "crypten's parties are the client actors, one client"),
@@ -342,6 +336,13 @@ STEP_METHODS = {
     "opfgl": {"rounds": 1, "method_params": {"condense_iters": 100, "max_iters": 200, "eval_every": 50},
               "protocol": "secagg"},
 }
+
+
+def test_every_method_runs_on_actors_and_this_module_runs_each():
+    """fedprox is FedAvg's skeleton with the proximal term on each actor's trainers (its anchor: the model the
+    actor received), the one method run here only in process."""
+    on_actors = {STEP_METHODS[m].get("method", m) for m in STEP_METHODS} | {"fedavg", "local", "dp-fedavg"}
+    assert set(RAY_METHODS) == set(METHODS) and set(METHODS) - on_actors == {"fedprox"}
 
 
 @pytest.mark.parametrize("method", sorted(STEP_METHODS))

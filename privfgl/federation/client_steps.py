@@ -46,7 +46,7 @@ def rng_state(seed: int) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def global_rng(state: dict, key: str = "rng") -> Iterator[None]:
+def global_rng(state: dict | list, key: str | int = "rng") -> Iterator[None]:
     """torch's global CPU generator set to the client's own stream state[key] (``rng_state``) for the block,
     then restored, the stream advanced: for the draws only the global generator serves (F.dropout, vmap's
     randomness="different"), so that they are the client's own wherever it runs."""

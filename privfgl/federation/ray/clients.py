@@ -144,6 +144,16 @@ class ActorClients:
     def trainers(self, model: ModelConfig, method, init: list[Params], seeds: list[int] | None) -> "RemoteTrainers":
         return RemoteTrainers(self, model, method, init, seeds)
 
+    def evaluate(self, tracker, round: int, got: dict, stage: str) -> dict:
+        """The actors' answers `got` (actor -> client -> its evaluation counts) into the tracker; a dead client's
+        counts are those of its last evaluation."""
+        for per_client in got.values():
+            self.last_tallies.update(per_client)
+        missing = [k for k in range(self.num_clients) if k not in self.last_tallies]
+        if missing:
+            raise PartyFailure(f"--engine ray: clients {missing} died before their first evaluation")
+        return tracker.evaluate_tallies(round, [self.last_tallies[k] for k in range(self.num_clients)], stage)
+
     def steps(self, allow_dead: bool) -> "ActorSteps":
         return ActorSteps(self, allow_dead)
 
@@ -264,15 +274,10 @@ class ActorSteps:
     def evaluate(self, tracker, round: int, predict, *args, stage: str = "train", predict_on=None) -> dict:
         """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation.
         predict_on is not called: evaluation settings beyond seen are refused on actors (run.check_ray_run)."""
-        clients = self.clients
-        got = clients.gather("each_tally", clients.alive_actors(), predict, args, tracker.select == "val_loss")
+        got = self.clients.gather("each_tally", self.clients.alive_actors(), predict, args,
+                                  tracker.select == "val_loss")
         self._check("evaluation")
-        for per_client in got.values():
-            clients.last_tallies.update(per_client)
-        missing = [k for k in range(self.num_clients) if k not in clients.last_tallies]
-        if missing:
-            raise PartyFailure(f"--engine ray: clients {missing} died before their first evaluation")
-        return tracker.evaluate_tallies(round, [clients.last_tallies[k] for k in range(self.num_clients)], stage)
+        return self.clients.evaluate(tracker, round, got, stage)
 
 
 class RemoteTrainers(LocalTrainers):
@@ -316,14 +321,8 @@ class RemoteTrainers(LocalTrainers):
 
     def evaluate(self, tracker, round: int, stage: str = "train") -> dict:
         """The clients' evaluation counts into the tracker; a dead client's are those of its last evaluation."""
-        clients = self.clients
-        got = clients.gather("tallies", clients.alive_actors(), tracker.select == "val_loss")
-        for per_client in got.values():
-            clients.last_tallies.update(per_client)
-        missing = [k for k in range(self.num_clients) if k not in clients.last_tallies]
-        if missing:
-            raise PartyFailure(f"--engine ray: clients {missing} died before their first evaluation")
-        return tracker.evaluate_tallies(round, [clients.last_tallies[k] for k in range(self.num_clients)], stage)
+        got = self.clients.gather("tallies", self.clients.alive_actors(), tracker.select == "val_loss")
+        return self.clients.evaluate(tracker, round, got, stage)
 
     def uploads(self, upload, received: Params, data) -> "RemoteUploads":
         return RemoteUploads(self.clients, "make_upload", upload)
