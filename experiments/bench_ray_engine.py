@@ -47,7 +47,7 @@ def main() -> int:
         wall, reference = timed(settings)
         rows.append((protocol, "in-process", wall, 1.0, reference))
         for actors in [int(a) for a in args.actors.split(",")]:
-            pool = ActorPool()  # empty: the first run starts its actors
+            pool = ActorPool()  # empty: the first run starts its actors (Ray: this driver's, joined above)
             for start in ("cold", "warm"):  # new actors, then the same ones again from the pool
                 wall_ray, record = timed({**settings, "engine": "ray", "clients_per_actor": 10 // actors}, pool)
                 rows.append((protocol, f"ray, {actors} actor{'s' * (actors > 1)}, {start}", wall_ray,

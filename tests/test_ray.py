@@ -174,7 +174,7 @@ NONDETERMINISTIC_BYTES = ("cost.bytes_up", "cost.bytes_down", "cost.by_link", "c
 def pool(cluster):
     """Warm client actors shared by the module's runs (ActorPool): each run resets them (ClientHost.reset)."""
     from privfgl.federation.ray.clients import ActorPool
-    pool = ActorPool()
+    pool = ActorPool(cluster)
     yield pool
     pool.close()
 
@@ -238,10 +238,10 @@ def test_a_warm_actor_keeps_nothing_of_its_last_run(cluster, pool):
                                                                          ([2, 3], [2, 3], None, {})]
 
 
-def test_a_client_actor_killed_inside_a_secagg_sum_is_a_dropout(cluster):
+def test_a_client_actor_killed_inside_a_secagg_sum_is_a_dropout(cluster, pool):
     from privfgl.experiment import config_for, run
     record, _ = run(config_for({**RUN, "protocol": "secagg", "protocol_params": {"kill_at": {3: [1]}, "threshold": 2},
-                                "engine": "ray", "ray_address": cluster}))
+                                "engine": "ray", "ray_address": cluster}), ray_pool=pool)
     assert record["ray"]["dead_clients"] == [1]
     partial = record["cost"]["participation"]["partial_sums"]
     assert [(p["round"], p["survivors"], p["dropped"]) for p in partial] == [(0, [0, 2], [1]), (1, [0, 2], [1])]
@@ -249,14 +249,14 @@ def test_a_client_actor_killed_inside_a_secagg_sum_is_a_dropout(cluster):
     assert 0 < record["metrics"]["test_acc"] <= 1
 
 
-def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(cluster):
+def test_message_dp_noise_is_drawn_on_the_actors_and_accounted_in_the_driver(cluster, pool):
     """Local mode: every upload the server sees carries N(0, (σC)²) per coordinate, drawn on the client's
     actor (the signal is clipped to ‖·‖ ≤ C = 1, so the width is the noise's). ε is the in-process run's
     (the same releases, the same accountant)."""
     from privfgl.experiment import config_for, run
     for mode in ("local",):
         dp = f"gaussian:sigma=50,clip=1,on=update,mode={mode}"
-        record, setup = run(config_for({**RUN, "dp": dp, "engine": "ray", "ray_address": cluster}))
+        record, setup = run(config_for({**RUN, "dp": dp, "engine": "ray", "ray_address": cluster}), ray_pool=pool)
         in_process, _ = run(config_for({**RUN, "dp": dp}))
         assert record["privacy"]["epsilon"] == in_process["privacy"]["epsilon"] > 0
         assert record["privacy"]["dp"]["noise_source"] == "os"
@@ -355,27 +355,27 @@ def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster,
     assert setup.clients == [] and setup.tracker.clients == []
 
 
-def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster):
+def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster, pool):
     """Distributed DP under secagg with sampling at q = 0.5: the coins and the noise shares are drawn on the
     actors (nothing of who took part reaches the driver), the release is accounted at q as in process."""
     from privfgl.experiment import config_for, run
     settings = {**RUN, "method": "dp-fedavg", "protocol": "secagg", "method_params": {"q": 0.5},
                 "dp": "gaussian:sigma=1,clip=1,on=update,mode=distributed"}
     in_process, _ = run(config_for(settings))
-    on_actors, setup = run(config_for({**settings, "engine": "ray", "ray_address": cluster}))
+    on_actors, setup = run(config_for({**settings, "engine": "ray", "ray_address": cluster}), ray_pool=pool)
     assert on_actors["privacy"]["epsilon"] == in_process["privacy"]["epsilon"] > 0
     dp = on_actors["privacy"]["dp"]
     assert dp["accounted_sample_rate"] == 0.5 and dp["noise_source"] == dp["sampling_source"] == "os"
     assert setup.extras["sampled_clients"] == []  # the coins stayed on the actors
 
 
-def test_opfgl_draws_each_clients_dp_noise_share_on_its_actor(cluster):
+def test_opfgl_draws_each_clients_dp_noise_share_on_its_actor(cluster, pool):
     """O-pFGL's node-level DP under ckks (distributed shares, a seeded dp_seed): every client draws its share
     from its own stream on its actor, so the record is the in-process one, and no share reaches the driver."""
     params = {"condense_iters": 100, "max_iters": 200, "eval_every": 50, "dp_epsilon": 4.0, "dp_clip": 2.0,
               "dp_degree": 3, "dp_seed": "3"}
-    in_process, on_actors, setup = _in_process_and_on_actors(cluster, method="opfgl", rounds=1, protocol="ckks",
-                                                             method_params=params)
+    in_process, on_actors, setup = _in_process_and_on_actors(cluster, pool, method="opfgl", rounds=1,
+                                                             protocol="ckks", method_params=params)
     differ = [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))]
     assert [d for d in differ if not d.startswith(NONDETERMINISTIC_BYTES)] == []  # SEAL's ciphertext sizes vary
     assert on_actors["privacy"]["dp"]["mode"] == "distributed" and on_actors["privacy"]["epsilon"] > 0

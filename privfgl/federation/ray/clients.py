@@ -192,34 +192,44 @@ class ActorPool:
     notebook's): a run of n actors takes the pool's n actors if it holds them (on the same Ray job), and
     each actor drops everything of its last run and loads the new run's clients (``ClientHost.reset``),
     so that the run skips the actors' start (their processes and imports). It gives them back at its end
-    if all of them live. crypten's runs start their own. ``close`` stops them."""
+    if all of them live. crypten's runs start their own. The pool holds the driver's Ray connection for its
+    runs (actors live as long as the job that made them): it joins `address` (None: a local Ray) unless
+    this process is already connected; ``close`` stops the actors, and the connection it made."""
 
-    def __init__(self):
+    def __init__(self, address: str | None = None):
+        import sys  # noqa: PLC0415
+
+        from privfgl.sweep.ray_tasks import LOCAL, connect  # noqa: PLC0415
+        self.connected = not ("ray" in sys.modules and sys.modules["ray"].is_initialized())
+        if self.connected:
+            connect(address or LOCAL)  # before Ray is imported: its environment (token authentication)
         self.idle: dict[int, tuple] = {}  # actor count -> (Ray job, placement group, actors)
 
     def take(self, n: int):
         """(placement group, actors) of n warm actors of this Ray job, or None."""
         import ray  # noqa: PLC0415
         warm = self.idle.pop(n, None)
-        if warm is None:
-            return None
-        job, placement, actors = warm
-        if job != ray.get_runtime_context().get_job_id():
-            return None  # from an earlier Ray session: gone with it
-        return placement, actors
+        if warm is None or warm[0] != ray.get_runtime_context().get_job_id():
+            return None  # none, or from an earlier Ray job: gone with it
+        return warm[1], warm[2]
 
     def give(self, placement, actors) -> None:
         import ray  # noqa: PLC0415
+        job = ray.get_runtime_context().get_job_id()
         old = self.idle.pop(len(actors), None)
-        if old is not None:
+        if old is not None and old[0] == job:
             stop(ray, old[1], old[2])
-        self.idle[len(actors)] = (ray.get_runtime_context().get_job_id(), placement, actors)
+        self.idle[len(actors)] = (job, placement, actors)
 
     def close(self) -> None:
         import ray  # noqa: PLC0415
-        for job, placement, actors in self.idle.values():
-            if ray.is_initialized() and job == ray.get_runtime_context().get_job_id():
-                stop(ray, placement, actors)
+        if ray.is_initialized():
+            job = ray.get_runtime_context().get_job_id()
+            for owner, placement, actors in self.idle.values():
+                if owner == job:
+                    stop(ray, placement, actors)
+            if self.connected:
+                ray.shutdown()
         self.idle = {}
 
 
