@@ -346,13 +346,26 @@ def test_every_method_runs_on_actors_and_this_module_runs_each():
 
 
 @pytest.mark.parametrize("method", sorted(STEP_METHODS))
-def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, pool, method):
+def test_a_method_of_client_steps_gives_the_in_process_record_on_actors(cluster, pool, method, monkeypatch):
     """The same record as in process (but for the config and the ray block), the bytes booked are the bytes
-    that crossed, and the driver holds none of the clients' data."""
+    that crossed, and the driver holds none of the clients' data: what a step returns to the driver (``each``;
+    messages and uploads go through the channel and the protocol) holds no tensor or array, only scalars."""
+    from privfgl.federation.ray.clients import ActorSteps
+    returned, each = [], ActorSteps.each
+    monkeypatch.setattr(ActorSteps, "each", lambda self, step, *args: returned.append(each(self, step, *args))
+                        or returned[-1])
     in_process, on_actors, setup = _in_process_and_on_actors(cluster, pool, **{"method": method, **STEP_METHODS[method]})
     assert [d for d in differences(in_process, on_actors) if not d.startswith(("config.", "ray", "cost.wire"))] == []
     assert on_actors["cost"]["wire_check"]["equal"] in (True, None)
     assert setup.clients == [] and setup.tracker.clients == []
+
+    def scalars_only(value) -> bool:
+        if isinstance(value, dict):
+            return all(scalars_only(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return all(scalars_only(v) for v in value)
+        return value is None or isinstance(value, (bool, int, float, str))
+    assert all(scalars_only(result) for result in returned), returned
 
 
 def test_dp_fedavg_flips_each_clients_coin_and_noise_on_its_actor(cluster, pool):
