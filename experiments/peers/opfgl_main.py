@@ -5,7 +5,7 @@ O-pFGL's code is not a dependency of privfgl: it runs from its own checkout in i
 (torch 2.13 CPU, torch_geometric 2.8.1, scikit-learn, networkx, scipy, deeprobust --no-deps), e.g.
 
     python -m venv /tmp/peer-opfgl/venv && /tmp/peer-opfgl/venv/bin/pip install torch==2.13.0
-    /tmp/peer-opfgl/venv/bin/pip install torch_geometric==2.8.1 scikit-learn networkx scipy
+    /tmp/peer-opfgl/venv/bin/pip install torch_geometric==2.8.1 scikit-learn networkx scipy pymetis==2025.2.2
     /tmp/peer-opfgl/venv/bin/pip install --no-deps deeprobust
     OPFGL_SRC=/tmp/peer-opfgl/src PEER_PARTITION=cora-louvain+-10.txt \
         /tmp/peer-opfgl/venv/bin/python experiments/peers/opfgl_main.py --dataset Cora ...  # run_main.sh's flags
