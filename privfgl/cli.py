@@ -273,7 +273,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if cfg.engine == "ray":
         from privfgl.federation.ray.auditor import check_ray_audit
         try:
-            check_ray_audit(attacks)
+            check_ray_audit(attacks, cfg.method)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     try:

@@ -306,12 +306,18 @@ def test_an_audit_on_actors_is_scored_by_the_auditors_actor_as_in_process(cluste
             assert b["metrics"][key] == (pytest.approx(value, abs=1e-5) if isinstance(value, float) else value), key
 
 
-def test_an_audit_on_actors_refuses_what_it_cannot_score_in_one_line(capsys):
-    assert main(["audit", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline",
-                 "--protocol", "secagg", "--attack", "secagg-collusion"]) == 2
+@pytest.mark.parametrize("flags, says", [
+    (["--protocol", "secagg", "--attack", "secagg-collusion"],
+     "attack 'secagg-collusion' is not built: it is scored against each client's plaintext upload"),
+    (["--dp", "gaussian:sigma=1,clip=1,on=update,mode=distributed", "--protocol", "secagg", "--attack",
+      "dp-collusion"], "attack 'dp-collusion' is not built: it is scored against the clients' clipped uploads"),
+    (["--method", "fedgpl", "--partition", "tasks", "--attack", "split-features"],
+     "method 'fedgpl' is not built: its attacks read the sample graphs"),
+])
+def test_an_audit_on_actors_refuses_what_it_cannot_score_in_one_line(flags, says, capsys):
+    assert main(["audit", "--engine", "ray", "--dataset", "cora", "--clients", "3", "--offline", *flags]) == 2
     err = capsys.readouterr().err.strip()
-    assert "attack 'secagg-collusion' is not built: it is scored against each client's plaintext upload" in err
-    assert len(err.splitlines()) == 1
+    assert says in err and len(err.splitlines()) == 1
 
 
 def test_local_training_on_actors_gives_the_in_process_record(cluster, pool):

@@ -7,7 +7,8 @@ runs attacks.audit.run_attacks on the view handed to it, exactly as an in-proces
 driver is the attacks' report (the findings), as in process.
 
 Not built: the attacks scored against what exists only inside the run's client actors (the plaintext uploads of
-each secure sum, who took part under sampling) and those that prepare the run (canaries): ``RAY_AUDIT_REFUSED``.
+each secure sum, the clipped uploads, who took part under sampling) and those that prepare the run (canaries):
+``RAY_AUDIT_REFUSED``; and FedGPL's audit, whose attacks read what its run builds (``RAY_AUDIT_REFUSED_METHODS``).
 """
 from __future__ import annotations
 
@@ -20,11 +21,19 @@ RAY_AUDIT_REFUSED = {
     "participation": "who took part is each client's own coin, drawn on its actor, and never leaves it",
     "dp-audit": "its canaries are inserted into the run by the driver (audit preparation)",
     "dp-noise-removal": "it regenerates seeded noise, and under --engine ray the noise is drawn from OS entropy",
+    "dp-collusion": "it is scored against the clients' clipped uploads, which stay on their actors",
+}
+RAY_AUDIT_REFUSED_METHODS = {
+    "fedgpl": "its attacks read the sample graphs, population features and split truth that the run builds on "
+              "the clients' actors and the trunk's task, which the auditor's actor does not rebuild",
 }
 
 
-def check_ray_audit(attacks) -> None:
-    """ValueError (one line) for an attack the audit on actors does not run."""
+def check_ray_audit(attacks, method: str) -> None:
+    """ValueError (one line) for an attack, or a method, the audit on actors does not run."""
+    if method in RAY_AUDIT_REFUSED_METHODS:
+        raise ValueError(f"audit --engine ray: method {method!r} is not built: {RAY_AUDIT_REFUSED_METHODS[method]}; "
+                         "run its audit in process")
     for attack in attacks:
         if attack.name in RAY_AUDIT_REFUSED:
             valid = sorted(_valid())
