@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -40,9 +41,11 @@ def gaussian_epsilon(steps: list[tuple[float, float, int]], delta: float, accoun
     return float(acc.get_epsilon(delta=delta, **_options(accountant)))
 
 
+@functools.lru_cache(maxsize=256)
 def noise_multiplier_for(epsilon: float, delta: float, sample_rate: float = 1.0, steps: int = 1,
                          accountant: str = "rdp") -> float:
-    """The smallest σ (opacus' search, tolerance 0.01 in ε) giving ε ≤ `epsilon` at `delta`."""
+    """The smallest σ (opacus' search, tolerance 0.01 in ε) giving ε ≤ `epsilon` at `delta`. Remembered per
+    argument tuple: a search at q < 1 takes seconds, and a sweep's cells ask for the same σ per seed."""
     from opacus.accountants.utils import get_noise_multiplier
     return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
                                       steps=steps, accountant=accountant, **_options(accountant)))
