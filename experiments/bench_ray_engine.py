@@ -1,7 +1,8 @@
 """`--engine ray` against in-process: FedAvg, Cora, Louvain, 10 clients, R rounds, under plain and secagg,
 with the clients on 1, 2 and 10 actors of a local Ray (one per run, started before its clock). Prints a
-Markdown table: wall seconds of the run (actors' start and data loading included), its ratio to in-process,
-the start (wall minus the rounds' phases), seconds per round from the records' phases, MB up, the test
+Markdown table: wall seconds of the run (actors' start and data loading included), its ratio to in-process
+(and in process with the looped engine, each client's model trained alone: the per-round floor of one client
+per actor), the start (wall minus the rounds' phases), seconds per round from the records' phases, MB up, the test
 accuracy and whether the metrics equal in-process's (docs/cluster.md). Each actor count runs twice: cold (new
 actors) and warm (the same actors again, from an ActorPool: the run resets them, and skips their start).
 
@@ -46,6 +47,9 @@ def main() -> int:
         settings = {**BASE, "rounds": args.rounds, "protocol": protocol}
         wall, reference = timed(settings)
         rows.append((protocol, "in-process", wall, 1.0, reference))
+        # the floor for one client per actor: each client's model trained alone, in one process
+        wall_looped, looped = timed({**settings, "engine": "looped"})
+        rows.append((protocol, "in-process, looped", wall_looped, wall_looped / wall, looped))
         for actors in [int(a) for a in args.actors.split(",")]:
             pool = ActorPool()  # empty: the first run starts its actors (Ray: this driver's, joined above)
             for start in ("cold", "warm"):  # new actors, then the same ones again from the pool
@@ -63,7 +67,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for protocol, how, wall, ratio, record in rows:
         rounds_s = sum(record["time"]["phases"].values())  # training waits show in the later steps
-        same = "(reference)" if how == "in-process" else ("no" if (protocol, int(how.split()[1])) in differ else "yes")
+        if how.startswith("in-process"):
+            same = "(reference)" if how == "in-process" else "(other kernels)"
+        else:
+            same = "no" if (protocol, int(how.split()[1])) in differ else "yes"
         print(f"| {protocol} | {how} | {wall:.1f} | {ratio:.2f} | {wall - rounds_s:.1f} | {rounds_s / args.rounds:.3f} | "
               f"{record['cost']['bytes_up'] / 1e6:.1f} | {record['metrics']['test_acc']:.4f} | {same} |")
     return 1 if differ else 0
