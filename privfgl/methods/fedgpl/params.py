@@ -16,6 +16,7 @@ TAU_IN = ("clear", "crypten")
 # parallel-unsafe: the old accounting (C per round) with the clean steps: UNSOUND, kept as the
 #   sensitivity audit's negative control
 SPLIT_DP_COMPOSITIONS = ("released", "sequential", "parallel-unsafe")
+SELECTIONS = ("val", "test")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class FedGPLParams:
     pretrain_epochs: int = 50        # GraphCL epochs on the server (cached per dataset, seed and settings)
     eval_dropout: bool = False       # True: evaluate with the trunk's dropout on, as the authors' code does
     split_dp_composition: str = "released"  # under split DP only: released, sequential, parallel-unsafe (see above)
+    samples: str = "own"             # own: privfgl builds the clients' samples (samples.py); file:PATH: given from
+                                     # outside (samples_file.py; e.g. the authors' own, experiments/peers/fedgpl_main.py)
+    selection: str = "val"           # val: train on train-support, pick the round on train-query (B.10.14);
+                                     # test: the authors' code: train on train-support + query, pick the round on test
 
 
 def _check(p: FedGPLParams) -> None:
@@ -58,6 +63,9 @@ def _check(p: FedGPLParams) -> None:
     need(p.hidta_mode in HIDTA_MODES, "hidta_mode", ", ".join(HIDTA_MODES))
     need(p.tau_in in TAU_IN, "tau_in", ", ".join(TAU_IN))
     need(p.split_dp_composition in SPLIT_DP_COMPOSITIONS, "split_dp_composition", ", ".join(SPLIT_DP_COMPOSITIONS))
+    need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
+    need(p.samples == "own" or (p.samples.startswith("file:") and len(p.samples) > 5), "samples",
+         "own, or file:PATH (a FedGPL samples file, privfgl/methods/fedgpl/samples_file.py)")
     need(p.candidates >= 0, "candidates", "an integer >= 0")
     need(p.candidates == 0 or p.prompt == "vpg", "candidates", "0 unless prompt=vpg")
     need(p.tokens >= 1, "tokens", "an integer >= 1")
@@ -72,6 +80,11 @@ def _check(p: FedGPLParams) -> None:
     need(0 <= p.dropout < 1, "dropout", "a number in [0, 1)")
     need(p.pretrain_epochs >= 0, "pretrain_epochs", "an integer >= 0 (0: a randomly initialised trunk)")
     need(p.dirichlet_alpha is None or p.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0, or none for IID")
+
+
+def samples_path(p: FedGPLParams) -> str | None:
+    """The samples file's path (samples=file:PATH), or None for privfgl's own samples."""
+    return p.samples[len("file:"):] if p.samples.startswith("file:") else None
 
 
 def resolve_params(method_params: dict) -> FedGPLParams:
