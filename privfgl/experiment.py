@@ -189,7 +189,7 @@ class RunConfig:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
         if self.method == "fedgpl":
-            from privfgl.methods.fedgpl.params import check_protocol, samples_path
+            from privfgl.methods.fedgpl.params import check_protocol, samples_path, trunk_path
             try:
                 check_protocol(params, self.protocol, self.protocol_params)
             except ValueError as e:
@@ -198,6 +198,9 @@ class RunConfig:
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"fedgpl: samples file {path}: no such file; valid: samples=file:PATH naming a "
                                   "file written by privfgl.methods.fedgpl.samples_file")
+            if trunk_path(params) is not None and not os.path.isfile(trunk_path(params)):
+                raise ConfigError(f"fedgpl: trunk file {trunk_path(params)}: no such file; valid: trunk=file:PATH "
+                                  "naming a state_dict of the trunk, or trunk=graphcl")
         self._validate_evaluate()
         self._validate_canaries()
         try:

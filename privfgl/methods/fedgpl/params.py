@@ -50,6 +50,9 @@ class FedGPLParams:
     split_dp_composition: str = "released"  # under split DP only: released, sequential, parallel-unsafe (see above)
     samples: str = "own"             # own: privfgl builds the clients' samples (samples.py); file:PATH: given from
                                      # outside (samples_file.py; e.g. the authors' own, experiments/peers/fedgpl_main.py)
+    trunk: str = "graphcl"           # graphcl: the server pretrains its trunk (pretrain.py); file:PATH: a state_dict
+                                     # of the same 2-layer TransformerConv (privfgl's conv1/conv2 keys or the authors'
+                                     # conv_layers.0/1, e.g. their pre_trained_gnn/*.GraphCL.TransformerConv.pth)
     selection: str = "val"           # val: train on train-support, pick the round on train-query (B.10.14);
                                      # test: the authors' code: train on train-support + query, pick the round on test
 
@@ -66,6 +69,8 @@ def _check(p: FedGPLParams) -> None:
     need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
     need(p.samples == "own" or (p.samples.startswith("file:") and len(p.samples) > 5), "samples",
          "own, or file:PATH (a FedGPL samples file, privfgl/methods/fedgpl/samples_file.py)")
+    need(p.trunk == "graphcl" or (p.trunk.startswith("file:") and len(p.trunk) > 5), "trunk",
+         "graphcl, or file:PATH (a state_dict of the trunk's two TransformerConv layers)")
     need(p.candidates >= 0, "candidates", "an integer >= 0")
     need(p.candidates == 0 or p.prompt == "vpg", "candidates", "0 unless prompt=vpg")
     need(p.tokens >= 1, "tokens", "an integer >= 1")
@@ -85,6 +90,11 @@ def _check(p: FedGPLParams) -> None:
 def samples_path(p: FedGPLParams) -> str | None:
     """The samples file's path (samples=file:PATH), or None for privfgl's own samples."""
     return p.samples[len("file:"):] if p.samples.startswith("file:") else None
+
+
+def trunk_path(p: FedGPLParams) -> str | None:
+    """The trunk file's path (trunk=file:PATH), or None when the server pretrains it."""
+    return p.trunk[len("file:"):] if p.trunk.startswith("file:") else None
 
 
 def resolve_params(method_params: dict) -> FedGPLParams:

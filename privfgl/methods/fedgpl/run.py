@@ -40,7 +40,7 @@ from torch_geometric.loader import DataLoader
 from privfgl.federation.client_steps import client_seed
 from privfgl.methods.base import Setup
 from privfgl.methods.fedgpl import hidta
-from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params, samples_path
+from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params, samples_path, trunk_path
 from privfgl.methods.fedgpl.pretrain import PretrainConfig, pretrained_trunk
 from privfgl.methods.fedgpl.prompt import Head, make_prompt
 from privfgl.methods.fedgpl.released import PROMPTS_UPDATED, update_from_released
@@ -330,6 +330,8 @@ def server_trunk(setup: Setup, p: FedGPLParams) -> tuple[Trunk, dict]:
     With the clients on Ray actors the driver holds no sample graph: a Ray task of its own builds the pool,
     pretrains (or loads the cache) and returns the weights."""
     m = setup.method
+    if trunk_path(p) is not None:
+        return trunk_from_file(trunk_path(p), p)
     config = PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout)
     if setup.remote is None:
         samples = setup.extras["fedgpl_samples"]
@@ -341,6 +343,21 @@ def server_trunk(setup: Setup, p: FedGPLParams) -> tuple[Trunk, dict]:
     trunk = Trunk(p.dim, config.hidden, config.dropout)  # as pretrained_trunk makes it (the same global draws)
     trunk.load_state_dict(weights)
     return trunk, info
+
+
+def trunk_from_file(path: str, p: FedGPLParams) -> tuple[Trunk, dict]:
+    """trunk=file:PATH: the Trunk with the file's weights (privfgl's keys, or the authors' conv_layers.0/1 keys);
+    ValueError, one line, when the file is not such a state_dict. Info as pretrained_trunk's, cache "file"."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = {k.replace("conv_layers.0.", "conv1.").replace("conv_layers.1.", "conv2."): v for k, v in state.items()}
+        trunk = Trunk(p.dim, p.hidden, p.dropout)
+        trunk.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - any unusable file is one line
+        raise ValueError(f"fedgpl: trunk file {path}: not a state_dict of a {p.dim} -> {p.hidden} -> {p.hidden} "
+                         f"TransformerConv trunk ({type(e).__name__}); valid: trunk=file:PATH of such a state_dict, "
+                         "or trunk=graphcl") from None
+    return trunk, {"cache": "file", "path": path, "sha256": file_sha256(path), "losses": [], "seconds": 0.0}
 
 
 def _samples_tag(p: FedGPLParams) -> str:
