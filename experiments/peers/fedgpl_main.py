@@ -27,7 +27,10 @@ The three commands:
   training seed (-S) trains on the exported samples; the training seed then drives everything else,
   as main.py's seed_everything does.
 
-Shims, none in the training arithmetic: wandb is not imported (main.py's logger; the scores are read
+Shims, none in the training arithmetic: `fed_gnn(gnn_list)`, which the HiDTA branch calls every
+epoch after the first and the repository defines nowhere (a NameError), is a no-op: the GNN copies all
+hold the frozen checkpoint (requires_grad False, so Adam skips them), so averaging them would change
+nothing; wandb is not imported (main.py's logger; the scores are read
 from the code's own validation outputs, below); 'cuda' device strings in `.to(...)` become the CPU
 (the code hard-codes them); the Trainer runs on the CPU (main.py's accelerator='gpu', devices=[3]),
 without the checkpoint callback (it only saves the best model; the best ACC is read here).
@@ -161,6 +164,7 @@ def run(args) -> None:
     import lib.train  # noqa: PLC0415
     from lib import GNN, Answer, Ours, Server  # noqa: PLC0415
     lib.train.get_dataset = _fixed_dataset(lib.train.get_dataset)
+    lib.train.fed_gnn = lambda gnn_list: None  # called by HiDTA's branch, defined nowhere; see the docstring
     record = []
 
     class Recorded(Server):
