@@ -120,3 +120,31 @@ def test_a_run_on_a_samples_file_trains_on_it_and_records_its_sha256(tmp_path, g
     assert record["metrics"]["samples_file"] == {"path": str(path), "sha256": sha}
     assert [len(s.y) for s in setup.extras["fedgpl_samples"]] == [12, 12, 12]
     assert FORMAT == "privfgl-fedgpl-samples/1"
+
+
+def test_selection_test_trains_on_train_support_and_query_and_val_on_train_support_alone(tmp_path, graph):
+    from privfgl.methods.fedgpl.params import resolve_params
+    from privfgl.methods.fedgpl.run import _start
+    gen = torch.Generator().manual_seed(3)
+    path = tmp_path / "s.pt"
+    write(path, [random_client(t, gen, [3] * 8)[0] for t in TASKS])  # parts 0,1,2,3 twice: 2 support, 2 query
+    for selection, trained in (("val", 2), ("test", 4)):
+        params = {"dim": DIM, "samples": f"file:{path}", "selection": selection}
+        tracked, _, _ = build_clients(graph, 3, params, 0, "sbm")
+        state: dict = {}
+        _start(0, state, tracked[0], resolve_params(params), CLASSES, 0)
+        assert len(state["train"]) == trained
+
+
+def test_the_pretrained_trunk_is_cached_per_samples_file(tmp_path, graph):
+    gen = torch.Generator().manual_seed(4)
+    paths = [tmp_path / "a.pt", tmp_path / "b.pt"]
+    for path in paths:
+        write(path, [random_client(t, gen, [5] * 8)[0] for t in TASKS])
+    cache = []
+    for path in paths:
+        cfg = RunConfig(method="fedgpl", dataset="sbm", partition="tasks", clients=3, rounds=1, progress=False,
+                        method_params={"dim": DIM, "hidden": 8, "pretrain_epochs": 1, "samples": f"file:{path}"})
+        record, _ = run(cfg, data=graph)
+        cache.append(record["time"]["caches"]["pretrain"])
+    assert [c["cache"] for c in cache] == ["miss", "miss"] and cache[0]["path"] != cache[1]["path"]
