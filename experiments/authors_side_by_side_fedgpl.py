@@ -14,6 +14,7 @@ training seeds 0, 1, 2. Stages (--stages) per cell:
     privfgl-code-fedavg  the same with fed=fedavg
     privfgl-code-trunk the code's configuration on the authors' own GraphCL checkpoint (trunk=file:, the
                        pre_trained_gnn/ file their main.py loads) instead of privfgl's pretraining
+    privfgl-code-trunk-fedavg  the same with fed=fedavg
     privfgl-default    privfgl's defaults on the authors' samples (round picked on validation, α_n 0.5, ...)
     privfgl-own        privfgl's defaults on its own samples (`--partition tasks`, its samples.py)
 
@@ -48,8 +49,10 @@ from privfgl.doc_block import write_block  # noqa: E402
 SEEDS = (0, 1, 2)
 ROUNDS = 50
 TAG = "authors_side_by_side_fedgpl"
-STAGES = ("peer-hidta", "peer-fedavg", "privfgl-code", "privfgl-code-fedavg", "privfgl-code-trunk", "privfgl-default",
-          "privfgl-own")
+STAGES = ("peer-hidta", "peer-fedavg", "privfgl-code", "privfgl-code-fedavg", "privfgl-code-trunk",
+          "privfgl-code-trunk-fedavg", "privfgl-default", "privfgl-own")
+# privfgl's configurations compared with the authors' code: (HiDTA stage, its FedAvg stage)
+COMPARED = (("privfgl-code", "privfgl-code-fedavg"), ("privfgl-code-trunk", "privfgl-code-trunk-fedavg"))
 # the authors' code's configuration as privfgl's method params (lib/options.py defaults, README's ratio 0.1)
 CODE_PARAMS = {"node_ratio": 0.1, "selection": "test", "eval_dropout": "true", "hidta_mode": "code",
                "lr_prompt": 0.15, "lr_head": 0.2, "freeze_trunk": "true"}
@@ -82,7 +85,7 @@ def privfgl_command(args, cell: str, stage: str, seed: int, out: Path) -> list[s
     params = {} if stage == "privfgl-own" else {"samples": f"file:{samples_file(args.work, cell)}"}
     if stage.startswith("privfgl-code"):
         params.update(CODE_PARAMS)
-    if stage == "privfgl-code-trunk":
+    if stage.startswith("privfgl-code-trunk"):
         params["trunk"] = f"file:{Path(args.peer_src) / 'pre_trained_gnn' / f'{CELLS[cell].dataset}.GraphCL.TransformerConv.pth'}"
     if stage.endswith("-fedavg"):
         params["fed"] = "fedavg"
@@ -161,6 +164,8 @@ def run_one(args, work: Path, cell: str, stage: str, seed: int) -> dict | None:
 def mean_std(values: list[float]) -> str:
     if not values:
         return "not run"
+    if len(values) == 1:
+        return f"{values[0]:.2f} (1 seed)"
     return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f}"
 
 
@@ -187,6 +192,7 @@ NAMES = {"peer-hidta": ("authors' code", "authors'", "`main.py --algorithm VPG -
          "privfgl-code": ("privfgl", "authors' (`samples=file:`)", "the code's configuration (CODE_PARAMS)"),
          "privfgl-code-fedavg": ("privfgl", "authors'", "the code's configuration, `fed=fedavg`"),
          "privfgl-code-trunk": ("privfgl", "authors'", "the code's configuration on the authors' checkpoint (`trunk=file:`)"),
+         "privfgl-code-trunk-fedavg": ("privfgl", "authors'", "the same, `fed=fedavg`"),
          "privfgl-default": ("privfgl", "authors'", "privfgl's defaults (round on validation, α_n 0.5)"),
          "privfgl-own": ("privfgl", "privfgl's (`--partition tasks`)", "privfgl's defaults")}
 
@@ -210,28 +216,35 @@ def cell_rows(cell: str, runs: dict) -> list[str]:
                     f"{mean_std([r['last_acc'] for r in rs])} | {statistics.fmean(r['seconds'] for r in rs):.0f} |")
     shas = {r["samples_sha"] for stage in STAGES if stage != "privfgl-own" for r in runs.get(stage, [])
             if stage.startswith("privfgl") and r.get("samples_sha")}
-    pretrain = [r["pretrain_s"] for stage in STAGES if stage.startswith("privfgl") for r in runs.get(stage, [])]
+    pretrain = [r["pretrain_s"] for stage in STAGES if stage.startswith("privfgl") and "trunk" not in stage
+                for r in runs.get(stage, [])]
     notes = []
     if shas:
         notes.append(f"samples file sha256 {', '.join(s[:16] + '…' for s in sorted(shas))}")
     if pretrain:
         notes.append(f"privfgl's GraphCL pretraining, once per samples and seed (cached; not in its seconds): "
                      f"{statistics.fmean(pretrain):.0f} s")
-    return [*rows, "", "; ".join(notes).capitalize() + ".", ""] if notes else [*rows, ""]
+    note = "; ".join(notes)
+    return [*rows, "", note[0].upper() + note[1:] + ".", ""] if notes else [*rows, ""]
 
 
 def table(results: dict) -> str:
-    lines = ["| cell | paper acc % | authors' code acc % | privfgl acc % (code's configuration) | authors' s per run | "
-             "privfgl s per run | target (privfgl ≥ authors' − 1 std; s ≤ authors') | HiDTA − FedAvg: paper / "
-             "authors' code / privfgl |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| cell | privfgl's trunk | paper acc % | authors' code acc % | privfgl acc % (code's configuration) | "
+             "authors' s per run | privfgl s per run | target (privfgl ≥ authors' − 1 std; s ≤ authors') | "
+             "HiDTA − FedAvg: paper / authors' code / privfgl |", "|---|---|---|---|---|---|---|---|---|"]
     for cell, spec in CELLS.items():
         runs = results.get(cell, {})
-        peer, ours = runs.get("peer-hidta", []), runs.get("privfgl-code", [])
-        sec = lambda rs: f"{statistics.fmean(r['seconds'] for r in rs):.0f}" if rs else ""  # noqa: E731
-        lines.append(f"| {spec.dataset} | {spec.paper:.2f} | {mean_std([r['acc'] for r in peer])} | "
-                     f"{mean_std([r['acc'] for r in ours])} | {sec(peer)} | {sec(ours)} | {verdict(peer, ours)} | "
-                     f"+{spec.paper_gain:.2f} / {gain(peer, runs.get('peer-fedavg', []))} / "
-                     f"{gain(ours, runs.get('privfgl-code-fedavg', []))} |")
+        peer = runs.get("peer-hidta", [])
+        for hidta, fedavg in COMPARED:
+            ours = runs.get(hidta, [])
+            if not ours and hidta != "privfgl-code":
+                continue
+            sec = lambda rs: f"{statistics.fmean(r['seconds'] for r in rs):.0f}" if rs else ""  # noqa: E731
+            trunk = "the authors' checkpoint" if "trunk" in hidta else "its own GraphCL"
+            lines.append(f"| {spec.dataset} | {trunk} | {spec.paper:.2f} | {mean_std([r['acc'] for r in peer])} | "
+                         f"{mean_std([r['acc'] for r in ours])} | {sec(peer)} | {sec(ours)} | {verdict(peer, ours)} | "
+                         f"+{spec.paper_gain:.2f} / {gain(peer, runs.get('peer-fedavg', []))} / "
+                         f"{gain(ours, runs.get(fedavg, []))} |")
     lines.append("")
     for cell in CELLS:
         if results.get(cell):

@@ -60,6 +60,7 @@ def test_hidtas_gain_is_paired_by_seed():
     hidta = [{"seed": 0, "acc": 88.0}, {"seed": 1, "acc": 87.0}, {"seed": 2, "acc": 90.0}]
     fedavg = [{"seed": 0, "acc": 87.0}, {"seed": 1, "acc": 88.0}]  # seed 2 not run: left out
     assert gain(hidta, fedavg) == "0.00 ± 1.00"
+    assert gain(hidta, fedavg[:1]) == "1.00 (1 seed)"
     assert gain(hidta, []) == "not run"
 
 
