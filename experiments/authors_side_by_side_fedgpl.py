@@ -210,7 +210,7 @@ def cell_rows(cell: str, runs: dict) -> list[str]:
         tasks = " / ".join(f"{statistics.fmean(r['tasks'][i] for r in rs):.2f}" for i in range(3))
         per_seed = " / ".join(f"{r['acc']:.2f}" for r in rs)
         if len(rs) != len(SEEDS):
-            per_seed += " (seeds " + ", ".join(str(r["seed"]) for r in rs) + ")"
+            per_seed += (" (seeds " if len(rs) > 1 else " (seed ") + ", ".join(str(r["seed"]) for r in rs) + ")"
         rows.append(f"| {code} | {samples} | {config} | {mean_std([r['acc'] for r in rs])} | "
                     f"{mean_std([r['f1'] for r in rs])} | {tasks} | {per_seed} | "
                     f"{mean_std([r['last_acc'] for r in rs])} | {statistics.fmean(r['seconds'] for r in rs):.0f} |")
