@@ -40,7 +40,6 @@ three tasks; the subclass below records exactly those numbers before the code cl
 bracket a run; `PEER_SAMPLES_SHA s` is the SHA-256 of the packed samples the run trains on (the export
 prints the same line for the file's content).
 """
-import argparse
 import hashlib
 import importlib.util
 import os
