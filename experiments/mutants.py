@@ -938,6 +938,11 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("PGL6", "the FedGPL side-by-side target allows privfgl two of the authors' stds",
      "experiments/authors_side_by_side_fedgpl.py", "    floor = statistics.fmean(acc) - statistics.pstdev(acc)",
      "    floor = statistics.fmean(acc) - 2 * statistics.pstdev(acc)", ["tests/test_authors_side_by_side_fedgpl.py"]),
+    ("PGL7", "FedGPL's evaluate_at=local still scores the models after the federation",
+     "privfgl/methods/fedgpl/run.py",
+     '        if p.evaluate_at == "local":  # the clients\' models after their local epoch (the authors\' code)\n            with timer.phase("evaluate"):\n                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)\n        with timer.phase("federate"):\n            task_models = federate(setup, p, r, clients, tasks, task_models)\n        if p.evaluate_at == "federated":\n',
+     '        if False:  # the clients\' models after their local epoch (the authors\' code)\n            with timer.phase("evaluate"):\n                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)\n        with timer.phase("federate"):\n            task_models = federate(setup, p, r, clients, tasks, task_models)\n        if True:\n',
+     ["tests/fedgpl/test_samples_file.py", "-k", "evaluate_at"]),
 ]
 
 

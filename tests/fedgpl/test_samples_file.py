@@ -148,3 +148,21 @@ def test_the_pretrained_trunk_is_cached_per_samples_file(tmp_path, graph):
         record, _ = run(cfg, data=graph)
         cache.append(record["time"]["caches"]["pretrain"])
     assert [c["cache"] for c in cache] == ["miss", "miss"] and cache[0]["path"] != cache[1]["path"]
+
+
+def test_evaluate_at_local_scores_the_clients_models_before_the_federation(tmp_path, graph):
+    """Under FedAvg every client holds the same model after the federation and its own before it: the
+    authors' code logs the latter (evaluate_at=local), privfgl by default the former."""
+    gen = torch.Generator().manual_seed(5)
+    path = tmp_path / "e.pt"
+    write(path, [random_client(t, gen, [6] * 12)[0] for t in TASKS])
+    seen = {}
+    for at in ("federated", "local"):
+        cfg = RunConfig(method="fedgpl", dataset="sbm", partition="tasks", clients=3, rounds=1, progress=False,
+                        method_params={"dim": DIM, "hidden": 8, "pretrain_epochs": 1, "samples": f"file:{path}",
+                                       "fed": "fedavg", "evaluate_at": at})
+        _, setup = run(cfg, data=graph)
+        heads = [c.head.linear.weight.detach().clone() for c in setup.extras["fedgpl_clients"]]
+        seen[at] = setup.tracker.history[0]["per_client"], heads
+    assert seen["federated"][0] != seen["local"][0]  # other models scored, same final models
+    assert all(torch.equal(a, b) for a, b in zip(seen["federated"][1], seen["local"][1]))

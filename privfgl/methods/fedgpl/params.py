@@ -17,6 +17,7 @@ TAU_IN = ("clear", "crypten")
 #   sensitivity audit's negative control
 SPLIT_DP_COMPOSITIONS = ("released", "sequential", "parallel-unsafe")
 SELECTIONS = ("val", "test")
+EVALUATE_AT = ("federated", "local")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class FedGPLParams:
     split_dp_composition: str = "released"  # under split DP only: released, sequential, parallel-unsafe (see above)
     samples: str = "own"             # own: privfgl builds the clients' samples (samples.py); file:PATH: given from
                                      # outside (samples_file.py; e.g. the authors' own, experiments/peers/fedgpl_main.py)
+    evaluate_at: str = "federated"   # federated: score each round's models after the federation; local: before it
+                                     # (the clients' models after their local epoch, as the authors' code logs them)
     trunk: str = "graphcl"           # graphcl: the server pretrains its trunk (pretrain.py); file:PATH: a state_dict
                                      # of the same 2-layer TransformerConv (privfgl's conv1/conv2 keys or the authors'
                                      # conv_layers.0/1, e.g. their pre_trained_gnn/*.GraphCL.TransformerConv.pth)
@@ -67,6 +70,7 @@ def _check(p: FedGPLParams) -> None:
     need(p.tau_in in TAU_IN, "tau_in", ", ".join(TAU_IN))
     need(p.split_dp_composition in SPLIT_DP_COMPOSITIONS, "split_dp_composition", ", ".join(SPLIT_DP_COMPOSITIONS))
     need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
+    need(p.evaluate_at in EVALUATE_AT, "evaluate_at", ", ".join(EVALUATE_AT))
     need(p.samples == "own" or (p.samples.startswith("file:") and len(p.samples) > 5), "samples",
          "own, or file:PATH (a FedGPL samples file, privfgl/methods/fedgpl/samples_file.py)")
     need(p.trunk == "graphcl" or (p.trunk.startswith("file:") and len(p.trunk) > 5), "trunk",

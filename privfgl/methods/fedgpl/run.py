@@ -424,10 +424,14 @@ def run_fedgpl(setup: Setup) -> None:
             clients.train(_end_round)
         if dp is not None:
             dp.end_round()
+        if p.evaluate_at == "local":  # the clients' models after their local epoch (the authors' code)
+            with timer.phase("evaluate"):
+                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
         with timer.phase("federate"):
             task_models = federate(setup, p, r, clients, tasks, task_models)
-        with timer.phase("evaluate"):
-            clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
+        if p.evaluate_at == "federated":
+            with timer.phase("evaluate"):
+                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
     setup.extras["trust"] = {"split": SPLIT_TRUST}
     if dp is not None:
         setup.extras["trust"]["split_dp"] = SPLIT_DP_TRUST[p.split_dp_composition].format(
