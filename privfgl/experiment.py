@@ -189,11 +189,18 @@ class RunConfig:
             bad("clients", self.clients, "a multiple of 3 for fedgpl (node, edge and graph tasks; 9 by default in "
                                          "the paper)")
         if self.method == "fedgpl":
-            from privfgl.methods.fedgpl.params import check_protocol
+            from privfgl.methods.fedgpl.params import check_protocol, samples_path, trunk_path
             try:
                 check_protocol(params, self.protocol, self.protocol_params)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+            path = samples_path(params)  # its contents are checked against the dataset when it is read
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"fedgpl: samples file {path}: no such file; valid: samples=file:PATH naming a "
+                                  "file written by privfgl.methods.fedgpl.samples_file")
+            if trunk_path(params) is not None and not os.path.isfile(trunk_path(params)):
+                raise ConfigError(f"fedgpl: trunk file {trunk_path(params)}: no such file; valid: trunk=file:PATH "
+                                  "naming a state_dict of the trunk, or trunk=graphcl")
         self._validate_evaluate()
         self._validate_canaries()
         try:
@@ -385,7 +392,7 @@ def build_clients(cfg: RunConfig, data=None) -> ClientData:
     if cfg.partition == TASK_PARTITION:  # FedGPL's clients: induced sample graphs per task level (spec B.8)
         from privfgl.methods.fedgpl.run import build_clients as fedgpl_clients
         clients, extras["fedgpl_samples"], extras["population_features"] = fedgpl_clients(
-            data, cfg.clients, cfg.method_params, data_seed)
+            data, cfg.clients, cfg.method_params, data_seed, cfg.dataset)
     else:
         def partition(graph, num_parts: int) -> list[torch.Tensor]:
             return partition_nodes(graph, cfg.partition, num_parts, seed=data_seed, cache_dir=cache,

@@ -132,3 +132,21 @@ def test_cache_paths_depend_on_config_and_default_to_env(tmp_path, monkeypatch):
     assert a != pretrain.cache_path("cora-svd100", 100, PretrainConfig(temperature=0.5), 0)
     assert a != pretrain.cache_path("cora-svd100", 64, PretrainConfig(), 0)
     assert a != pretrain.cache_path("cora-svd100", 100, PretrainConfig(augmentations=("drop_node",)), 0)
+
+
+def test_a_trunk_file_in_the_authors_key_names_is_the_servers_trunk(tmp_path):
+    """trunk=file:PATH (the authors ship GraphCL checkpoints keyed conv_layers.0/1): the run's trunk holds the
+    file's weights exactly; a file that is not such a state_dict is one line naming it."""
+    from privfgl.methods.fedgpl.params import resolve_params
+    from privfgl.methods.fedgpl.run import trunk_from_file
+    source = Trunk(IN_DIM, 16)
+    path = tmp_path / "authors.pth"
+    torch.save({k.replace("conv1.", "conv_layers.0.").replace("conv2.", "conv_layers.1."): v
+                for k, v in source.state_dict().items()}, path)
+    p = resolve_params({"dim": IN_DIM, "hidden": 16, "trunk": f"file:{path}"})
+    trunk, info = trunk_from_file(str(path), p)
+    assert all(torch.equal(a, b) for a, b in zip(trunk.state_dict().values(), source.state_dict().values()))
+    assert info["cache"] == "file" and info["seconds"] == 0.0
+    with pytest.raises(ValueError) as e:
+        trunk_from_file(str(path), resolve_params({"dim": IN_DIM, "hidden": 8}))
+    assert "\n" not in str(e.value) and f"trunk file {path}" in str(e.value) and "valid:" in str(e.value)

@@ -16,6 +16,8 @@ TAU_IN = ("clear", "crypten")
 # parallel-unsafe: the old accounting (C per round) with the clean steps: UNSOUND, kept as the
 #   sensitivity audit's negative control
 SPLIT_DP_COMPOSITIONS = ("released", "sequential", "parallel-unsafe")
+SELECTIONS = ("val", "test")
+EVALUATE_AT = ("federated", "local")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,15 @@ class FedGPLParams:
     pretrain_epochs: int = 50        # GraphCL epochs on the server (cached per dataset, seed and settings)
     eval_dropout: bool = False       # True: evaluate with the trunk's dropout on, as the authors' code does
     split_dp_composition: str = "released"  # under split DP only: released, sequential, parallel-unsafe (see above)
+    samples: str = "own"             # own: privfgl builds the clients' samples (samples.py); file:PATH: given from
+                                     # outside (samples_file.py; e.g. the authors' own, experiments/peers/fedgpl_main.py)
+    evaluate_at: str = "federated"   # federated: score each round's models after the federation; local: before it
+                                     # (the clients' models after their local epoch, as the authors' code logs them)
+    trunk: str = "graphcl"           # graphcl: the server pretrains its trunk (pretrain.py); file:PATH: a state_dict
+                                     # of the same 2-layer TransformerConv (privfgl's conv1/conv2 keys or the authors'
+                                     # conv_layers.0/1, e.g. their pre_trained_gnn/*.GraphCL.TransformerConv.pth)
+    selection: str = "val"           # val: train on train-support, pick the round on train-query (B.10.14);
+                                     # test: the authors' code: train on train-support + query, pick the round on test
 
 
 def _check(p: FedGPLParams) -> None:
@@ -58,6 +69,12 @@ def _check(p: FedGPLParams) -> None:
     need(p.hidta_mode in HIDTA_MODES, "hidta_mode", ", ".join(HIDTA_MODES))
     need(p.tau_in in TAU_IN, "tau_in", ", ".join(TAU_IN))
     need(p.split_dp_composition in SPLIT_DP_COMPOSITIONS, "split_dp_composition", ", ".join(SPLIT_DP_COMPOSITIONS))
+    need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
+    need(p.evaluate_at in EVALUATE_AT, "evaluate_at", ", ".join(EVALUATE_AT))
+    need(p.samples == "own" or (p.samples.startswith("file:") and len(p.samples) > 5), "samples",
+         "own, or file:PATH (a FedGPL samples file, privfgl/methods/fedgpl/samples_file.py)")
+    need(p.trunk == "graphcl" or (p.trunk.startswith("file:") and len(p.trunk) > 5), "trunk",
+         "graphcl, or file:PATH (a state_dict of the trunk's two TransformerConv layers)")
     need(p.candidates >= 0, "candidates", "an integer >= 0")
     need(p.candidates == 0 or p.prompt == "vpg", "candidates", "0 unless prompt=vpg")
     need(p.tokens >= 1, "tokens", "an integer >= 1")
@@ -72,6 +89,16 @@ def _check(p: FedGPLParams) -> None:
     need(0 <= p.dropout < 1, "dropout", "a number in [0, 1)")
     need(p.pretrain_epochs >= 0, "pretrain_epochs", "an integer >= 0 (0: a randomly initialised trunk)")
     need(p.dirichlet_alpha is None or p.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0, or none for IID")
+
+
+def samples_path(p: FedGPLParams) -> str | None:
+    """The samples file's path (samples=file:PATH), or None for privfgl's own samples."""
+    return p.samples[len("file:"):] if p.samples.startswith("file:") else None
+
+
+def trunk_path(p: FedGPLParams) -> str | None:
+    """The trunk file's path (trunk=file:PATH), or None when the server pretrains it."""
+    return p.trunk[len("file:"):] if p.trunk.startswith("file:") else None
 
 
 def resolve_params(method_params: dict) -> FedGPLParams:

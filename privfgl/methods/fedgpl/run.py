@@ -40,11 +40,12 @@ from torch_geometric.loader import DataLoader
 from privfgl.federation.client_steps import client_seed
 from privfgl.methods.base import Setup
 from privfgl.methods.fedgpl import hidta
-from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params
+from privfgl.methods.fedgpl.params import FedGPLParams, resolve_params, samples_path, trunk_path
 from privfgl.methods.fedgpl.pretrain import PretrainConfig, pretrained_trunk
 from privfgl.methods.fedgpl.prompt import Head, make_prompt
 from privfgl.methods.fedgpl.released import PROMPTS_UPDATED, update_from_released
 from privfgl.methods.fedgpl.samples import TASKS, ClientSamples, client_datasets, reduce_features
+from privfgl.methods.fedgpl.samples_file import file_sha256, read_samples
 from privfgl.methods.fedgpl.split import (M1, M2, M3, M4, SplitClient, SplitServer, client_m1, client_m3, client_m4,
                                           server_m2, server_m4)
 from privfgl.methods.fedgpl.trunk import Trunk
@@ -76,23 +77,39 @@ SPLIT_DP_TRUST = {
 }
 
 
-def build_clients(data: Data, num_clients: int, method_params: dict, seed: int
+def build_clients(data: Data, num_clients: int, method_params: dict, seed: int, dataset: str = ""
                   ) -> tuple[list[Data], list[ClientSamples], torch.Tensor]:
-    """The clients' sample datasets (spec B.8); per client, the Data the round tracker scores: y [S],
-    train/val/test masks [S] over its samples (num_nodes = S, no edges) and `samples` (its ClientSamples,
-    what its steps train on); and the reduced node features of the whole graph [N, dim] (the public copy
-    attacks may declare as a dictionary)."""
+    """The clients' sample datasets (spec B.8; privfgl's own, or samples=file:PATH's); per client, the Data
+    the round tracker scores: y [S], train/val/test masks [S] over its samples (num_nodes = S, no edges; with
+    selection=test the validation mask is the test mask, as the authors' code selects) and `samples` (its
+    ClientSamples, what its steps train on); and the reduced node features of the whole graph [N, dim] (the
+    public copy attacks may declare as a dictionary; a samples file's own table when it has one)."""
     p = resolve_params(method_params)
-    samples = client_datasets(data, num_clients, dim=p.dim, max_per_class=p.max_per_class,
-                              dirichlet_alpha=p.dirichlet_alpha, seed=seed)
-    features = reduce_features(data.x, p.dim, seed)  # the same reduction the samples carry
+    path = samples_path(p)
+    if path is None:
+        samples = client_datasets(data, num_clients, dim=p.dim, max_per_class=p.max_per_class,
+                                  dirichlet_alpha=p.dirichlet_alpha, seed=seed)
+        features = reduce_features(data.x, p.dim, seed)  # the same reduction the samples carry
+    else:
+        blob = read_samples(path, dataset, int(data.y.max()) + 1, num_clients, p.dim, int(data.num_nodes))
+        samples = [_file_client(c) for c in blob["clients"]]
+        features = blob["features"] if "features" in blob else reduce_features(data.x, p.dim, seed)
     tracked = []
     for s in samples:
         d = Data(y=s.y.clone(), num_nodes=len(s.y))
-        d.train_mask, d.val_mask, d.test_mask = s.split == 0, s.split == 1, s.split == 2
+        d.train_mask, d.val_mask, d.test_mask = s.split == 0, s.split == (2 if p.selection == "test" else 1), s.split == 2
         d.samples = s
         tracked.append(d)
     return tracked, samples, features
+
+
+def _file_client(c: dict) -> ClientSamples:
+    """A samples file's client (samples_file.py) as ClientSamples: parts train-support -> 0 (train),
+    train-query -> 1 (val), test-support and test-query -> 2 (test)."""
+    node_ptr, edge_ptr = c["node_ptr"].tolist(), c["edge_ptr"].tolist()
+    graphs = [Data(x=c["x"][node_ptr[i]:node_ptr[i + 1]], edge_index=c["edge_index"][:, edge_ptr[i]:edge_ptr[i + 1]],
+                   y=c["y"][i:i + 1]) for i in range(len(node_ptr) - 1)]
+    return ClientSamples(task=c["task"], graphs=graphs, y=c["y"].clone(), split=c["part"].clamp(max=2))
 
 
 def _flat(client: SplitClient) -> torch.Tensor:
@@ -158,7 +175,8 @@ def _start(k: int, state: dict, data: Data, p: FedGPLParams, num_classes: int, s
     optimiser, scheduler and shuffling stream; returns its task (public: group membership)."""
     samples = data.samples
     client = _initial_client(p, num_classes, seed)
-    state.update(client=client, samples=samples, train=_graphs(samples, 0),
+    train = _graphs(samples, 0) + (_graphs(samples, 1) if p.selection == "test" else [])  # test: support + query
+    state.update(client=client, samples=samples, train=train,
                  scheduler=torch.optim.lr_scheduler.StepLR(client.optimizer, step_size=10, gamma=0.95),
                  shuffle=torch.Generator().manual_seed(client_seed(seed, k, LOADER_STREAM)))
     return TASKS.index(samples.task)
@@ -312,17 +330,40 @@ def server_trunk(setup: Setup, p: FedGPLParams) -> tuple[Trunk, dict]:
     With the clients on Ray actors the driver holds no sample graph: a Ray task of its own builds the pool,
     pretrains (or loads the cache) and returns the weights."""
     m = setup.method
+    if trunk_path(p) is not None:
+        return trunk_from_file(trunk_path(p), p)
     config = PretrainConfig(epochs=p.pretrain_epochs, hidden=p.hidden, dropout=p.dropout)
     if setup.remote is None:
         samples = setup.extras["fedgpl_samples"]
-        key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{len(samples)}"
+        key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{len(samples)}{_samples_tag(p)}"
         pool = [g for s in samples for g in _graphs(s, 0) + _graphs(s, 1)]
         return pretrained_trunk(pool, p.dim, key, config, seed=m.seed, progress=m.progress)
-    key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{setup.federation.num_clients}"
+    key = f"{setup.extras['dataset_name']}-d{p.dim}-mpc{p.max_per_class}-k{setup.federation.num_clients}{_samples_tag(p)}"
     weights, info = setup.remote.task(_pretrain_task, key, config, m.seed)
     trunk = Trunk(p.dim, config.hidden, config.dropout)  # as pretrained_trunk makes it (the same global draws)
     trunk.load_state_dict(weights)
     return trunk, info
+
+
+def trunk_from_file(path: str, p: FedGPLParams) -> tuple[Trunk, dict]:
+    """trunk=file:PATH: the Trunk with the file's weights (privfgl's keys, or the authors' conv_layers.0/1 keys);
+    ValueError, one line, when the file is not such a state_dict. Info as pretrained_trunk's, cache "file"."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = {k.replace("conv_layers.0.", "conv1.").replace("conv_layers.1.", "conv2."): v for k, v in state.items()}
+        trunk = Trunk(p.dim, p.hidden, p.dropout)
+        trunk.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - any unusable file is one line
+        raise ValueError(f"fedgpl: trunk file {path}: not a state_dict of a {p.dim} -> {p.hidden} -> {p.hidden} "
+                         f"TransformerConv trunk ({type(e).__name__}); valid: trunk=file:PATH of such a state_dict, "
+                         "or trunk=graphcl") from None
+    return trunk, {"cache": "file", "path": path, "sha256": file_sha256(path), "losses": [], "seconds": 0.0}
+
+
+def _samples_tag(p: FedGPLParams) -> str:
+    """The pretraining cache key's part naming a samples file (its SHA-256's first 16 hex digits)."""
+    path = samples_path(p)
+    return "" if path is None else f"-samples{file_sha256(path)[:16]}"
 
 
 def _pretrain_task(cfg, key: str, config: PretrainConfig, seed: int) -> tuple[dict, dict]:
@@ -383,16 +424,22 @@ def run_fedgpl(setup: Setup) -> None:
             clients.train(_end_round)
         if dp is not None:
             dp.end_round()
+        if p.evaluate_at == "local":  # the clients' models after their local epoch (the authors' code)
+            with timer.phase("evaluate"):
+                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
         with timer.phase("federate"):
             task_models = federate(setup, p, r, clients, tasks, task_models)
-        with timer.phase("evaluate"):
-            clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
+        if p.evaluate_at == "federated":
+            with timer.phase("evaluate"):
+                clients.evaluate(setup.tracker, r, _predict, trunk, p.eval_dropout)
     setup.extras["trust"] = {"split": SPLIT_TRUST}
     if dp is not None:
         setup.extras["trust"]["split_dp"] = SPLIT_DP_TRUST[p.split_dp_composition].format(
             prompt="updated from M4" if p.prompt in PROMPTS_UPDATED else f"{p.prompt}: kept at its initial value "
             "(its gradient needs the clean features)")
     setup.extras["metrics"] = {"split_bytes_per_client_round": split_bytes(setup),
+                               **({"samples_file": {"path": samples_path(p), "sha256": file_sha256(samples_path(p))}}
+                                  if samples_path(p) is not None else {}),
                                "per_task": per_task_accuracy(setup, tasks),
                                "tau_last": setup.extras.get("fedgpl_tau", [None])[-1]}
     if p.fed == "hidta":
