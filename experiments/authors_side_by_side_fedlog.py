@@ -53,6 +53,7 @@ SEEDS = (0, 1, 2)
 PARTITION_SEED = 0
 CLOSED = ("seen", "unseen-node", "missing-class", "new-client")
 TAG = "authors_side_by_side_fedlog"
+FULL = (100, 100)  # (rounds, generator epochs): the authors' --rounds and --pre_gen_epochs defaults
 
 # The authors' argparse defaults (argument.py at 80c9792) and the constants in their model code, each with
 # privfgl's fedlog method param that carries it and the value it must have (tests check these against
@@ -144,19 +145,20 @@ def file_config(folder: Path, dataset: str, clients: int, seed: int, **extra):
                        "partition_seed": PARTITION_SEED, "seed": seed, **extra})
 
 
-def run_peer(args, work: Path, cell: str, seed: int) -> dict:
+def run_peer(args, work: Path, cell: str, seed: int, budget: tuple[int, int] = FULL) -> dict:
     """The authors' main.py in its venv on the exported clients, one training seed, one thread."""
     spec = CELLS[cell]
     folder = export(work, cell)
-    run_dir = work / f"peer-{cell}-{seed}"
+    run_dir = work / f"peer-{key(cell, budget)}-{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     env = {**os.environ, "FEDLOG_SRC": str(args.peer_src), "PEER_CLIENTS": str(folder),
            "PEER_PLANETOID": str(Path(os.environ["PRIVFGL_DATA"])), "PEER_WORKDIR": str(run_dir),
            "OMP_NUM_THREADS": "1"}
     cmd = [str(args.peer_python), str(REPO / "experiments" / "peers" / "fedlog_main.py"), "--dataset", spec.dataset,
-           "--n_silos", str(spec.clients), "--unseen_setting", "closeset", "--seed", str(seed), "--num_seed", "1"]
-    log = work / f"log-peer-{cell}-{seed}.txt"
+           "--n_silos", str(spec.clients), "--unseen_setting", "closeset", "--seed", str(seed), "--num_seed", "1",
+           "--rounds", str(budget[0]), "--pre_gen_epochs", str(budget[1])]
+    log = work / f"log-peer-{key(cell, budget)}-{seed}.txt"
     with open(log, "w") as f:
         code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if code:
@@ -202,11 +204,12 @@ def parse_peer_log(text: str) -> dict:
     return {"acc": acc, "seconds": seconds, "seeds": seeds[:len(acc)], "best_round": best_round}
 
 
-def run_privfgl(work: Path, cell: str, seed: int, own: bool = False) -> dict:
+def run_privfgl(work: Path, cell: str, seed: int, own: bool = False, budget: tuple[int, int] = FULL) -> dict:
     """privfgl's fedlog, one seed, one thread: on the exported files, or (own) its own closed regime."""
     from privfgl.experiment import run
     spec = CELLS[cell]
-    common = {"threads": 1, "progress": False, "transcript": "none"}
+    common = {"threads": 1, "progress": False, "transcript": "none", "rounds": budget[0],
+              "method_params": {"generator_epochs": budget[1]}}
     cfg = regime_config(cell, seed, **common) if own else file_config(export(work, cell), spec.dataset, spec.clients,
                                                                       seed, **common)
     start = time.perf_counter()
@@ -264,11 +267,13 @@ def table(results: dict, work: Path) -> str:
             "|---|---|---|---|---|---|---|---|---|---|"]
     hashes = []
     for cell, spec in CELLS.items():
-        r = {stage: per_seed(results.get(cell, {}).get(stage)) for stage in STAGES}
-        rows.append(f"| {PEER_NAMES[spec.dataset]} K={spec.clients} | {spec.paper:.2f} | {_cell(r.get('peer'))} | "
-                    f"{_cell(r.get('privfgl'))} | {_cell(r.get('privfgl-own'))} | {_per_seed(r.get('peer'))} | "
-                    f"{_per_seed(r.get('privfgl'))} | {_seconds(r.get('peer'))} | {_seconds(r.get('privfgl'))} | "
-                    f"{verdict(r)} |")
+        for name in [cell, *sorted(k for k in results if k.startswith(cell + "@"))]:
+            r = {stage: per_seed(results.get(name, {}).get(stage)) for stage in STAGES}
+            label = PEER_NAMES[spec.dataset] + f" K={spec.clients}" + (f" ({name.split('@')[1]})" if "@" in name else "")
+            paper = f"{spec.paper:.2f}" if name == cell else "—"
+            rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | {_cell(r['privfgl-own'])} | "
+                        f"{_per_seed(r['peer'])} | {_per_seed(r['privfgl'])} | {_seconds(r['peer'])} | "
+                        f"{_seconds(r['privfgl'])} | {verdict(results.get(name, {}))} |")
         folder = work / cell
         if (folder / "partition.txt").is_file():
             hashes.append(f"{cell}: `partition.txt` {file_sha256('file:' + str(folder / 'partition.txt'))[:12]}…, "
@@ -279,10 +284,15 @@ def table(results: dict, work: Path) -> str:
                       "seconds: each side's mean wall time per run at one thread."]) + "\n"
 
 
-def run_stage(args, work: Path, cell: str, stage: str, seed: int) -> dict:
+def key(cell: str, budget: tuple[int, int]) -> str:
+    """results.json's key of a cell at a budget: the cell's name at the full budget."""
+    return cell if budget == FULL else f"{cell}@rounds={budget[0]},gen={budget[1]}"
+
+
+def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[int, int]) -> dict:
     if stage == "peer":
-        return run_peer(args, work, cell, seed)
-    return run_privfgl(work, cell, seed, own=stage == "privfgl-own")
+        return run_peer(args, work, cell, seed, budget)
+    return run_privfgl(work, cell, seed, own=stage == "privfgl-own", budget=budget)
 
 
 def main() -> int:
@@ -293,6 +303,9 @@ def main() -> int:
     ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=["peer", "privfgl"])
     ap.add_argument("--seeds", nargs="+", type=int, choices=SEEDS, default=list(SEEDS))
+    ap.add_argument("--budget", type=lambda v: tuple(int(x) for x in v.split(",")), default=FULL,
+                    metavar="ROUNDS,GEN_EPOCHS", help="a smaller budget on both sides (their --rounds and "
+                    "--pre_gen_epochs, privfgl's --rounds and generator_epochs), kept as its own rows")
     ap.add_argument("--export-only", action="store_true", help="write the cells' client files and stop")
     ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "SEED", "LOG"),
                     help="take a cell's peer run from the log of a run made by hand (run_peer's command)")
@@ -316,12 +329,13 @@ def main() -> int:
         cell, seed, log = args.peer_log
         results = save(cell, "peer", int(seed), one_run(parse_peer_log(Path(log).read_text()), int(seed)))
     for cell in args.cells:
+        name = key(cell, args.budget)
         for stage in args.stages:
             for seed in args.seeds:
-                if str(seed) in results.get(cell, {}).get(stage, {}):
+                if str(seed) in results.get(name, {}).get(stage, {}):
                     continue
-                results = save(cell, stage, seed, run_stage(args, args.work, cell, stage, seed))
-                print(cell, stage, seed, results[cell][stage][str(seed)], flush=True)
+                results = save(name, stage, seed, run_stage(args, args.work, cell, stage, seed, args.budget))
+                print(name, stage, seed, results[name][stage][str(seed)], flush=True)
     write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
     print(table(results, args.work))
     return 0

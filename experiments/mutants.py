@@ -917,6 +917,22 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "upload[b].shape for b in BLOCKS}, source.for_client(k), share)",
      "upload[b].shape for b in BLOCKS}, source, share)",
      ["tests/test_ray.py", "-k", "opfgl_draws"]),
+    ("PLG1", "the FedLoG side-by-side's target floor is the authors' mean plus one std, not minus",
+     "experiments/authors_side_by_side_fedlog.py",
+     "floor = statistics.fmean(peer[\"acc\"]) - statistics.pstdev(peer[\"acc\"])",
+     "floor = statistics.fmean(peer[\"acc\"]) + statistics.pstdev(peer[\"acc\"])",
+     ["tests/test_authors_side_by_side_fedlog.py"]),
+    ("PLG2", "the FedLoG peer log's score is a run's first best-validation line, not its last",
+     "experiments/authors_side_by_side_fedlog.py",
+     "            last = (int(m.group(1)), float(m.group(2)), int(m.group(3)))\n",
+     "            last = last or (int(m.group(1)), float(m.group(2)), int(m.group(3)))\n",
+     ["tests/test_authors_side_by_side_fedlog.py"]),
+    ("PLG3", "the FedLoG export writes the split with validation and test swapped (the peer trains on other masks)",
+     "experiments/authors_side_by_side_fedlog.py",
+     "    write_split(built.clients, folder / \"split.json\")\n",
+     "    for c in built.clients:\n        c.val_mask, c.test_mask = c.test_mask, c.val_mask\n"
+     "    write_split(built.clients, folder / \"split.json\")\n",
+     ["tests/test_authors_side_by_side_fedlog.py"]),
 ]
 
 

@@ -189,6 +189,22 @@ def test_a_client_predicts_on_another_graph_with_that_graphs_degrees(sbm):
     assert torch.allclose(own.exp().sum(-1), torch.ones(clients[0].num_nodes), atol=1e-5)
 
 
+@pytest.mark.parametrize("form", ["full", "code"])
+def test_the_warm_up_takes_one_full_batch_step_per_epoch_or_the_codes_minibatch_steps(sbm, form):
+    from privfgl.data import client_subgraphs, partition_nodes, split_clients
+    from privfgl.methods.fedlog.model import FedLoGModel
+    clients = client_subgraphs(sbm, partition_nodes(sbm, "metis", 2, seed=0))
+    split_clients(clients, 0.4, 0.3, 0.3, seed=0)
+    p = resolve_params({**SMALL, "warmup_epochs": 2, "warmup_patience": 5, "batch_size": 32, "warmup_form": form})
+    client = FedLoGClient(0, clients[0], 5, p, FedLoGModel(64, p).state_dict(), initial_synthetic(5, 64, p, 0), 0)
+    calls = []
+    client.model.embedder.register_forward_hook(lambda *_: calls.append(1))
+    assert client.warmup() == 2
+    steps = client.n_train // 32 if form == "code" else 1  # the code: floor(n / batch) minibatches, remainder unused
+    assert steps > 1 or form == "full"
+    assert len(calls) == 2 * (steps + 1)  # each step re-embeds the graph, then one evaluation per epoch
+
+
 def test_generators_share_one_initialisation_and_are_mlps_with_tanh_outputs():
     p = resolve_params({"generator_hidden": "8,16"})
     from privfgl.methods.fedlog.generator import new_generator
