@@ -13,10 +13,10 @@ from a Google Drive archive, not reachable here), so privfgl makes the clients o
                from those files), one process per training seed (`--seed s --num_seed 1`: main.py
                reseeds and rebuilds everything per seed, so this is its `--num_seed 3` run split up)
     privfgl    privfgl's fedlog on the same files (`--partition file:partition.txt --split-file
-               split.json`), seeds 0, 1, 2, its defaults (the authors' flags map onto them: FLAGS)
-    privfgl-own  privfgl's own pipeline, `--partition metis --partition-seed 0 --evaluate
-               seen,unseen-node,missing-class,new-client`: the same clients built in-process (a check
-               of the export; its seen accuracy is the privfgl row's when the export is faithful)
+               split.json`), seeds 0, 1, 2, its defaults (the authors' flags map onto them: FLAGS);
+               these are the clients and split privfgl's own pipeline builds (`--partition metis
+               --partition-seed 0 --evaluate seen,unseen-node,missing-class,new-client`; a test checks
+               it), so "privfgl on its own partition" is this row
 
 Results are kept per seed (--seeds picks which to run), so calls can run seeds side by side and a
 run cut off by time leaves the finished seeds. Both report the seen test accuracy at the round of best (seen) validation accuracy, weighted over
@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from privfgl.doc_block import write_block  # noqa: E402
 
-STAGES = ("peer", "privfgl", "privfgl-own")
+STAGES = ("peer", "privfgl")
 SEEDS = (0, 1, 2)
 PARTITION_SEED = 0
 CLOSED = ("seen", "unseen-node", "missing-class", "new-client")
@@ -204,20 +204,19 @@ def parse_peer_log(text: str) -> dict:
     return {"acc": acc, "seconds": seconds, "seeds": seeds[:len(acc)], "best_round": best_round}
 
 
-def run_privfgl(work: Path, cell: str, seed: int, own: bool = False, budget: tuple[int, int] = FULL) -> dict:
-    """privfgl's fedlog, one seed, one thread: on the exported files, or (own) its own closed regime."""
+def run_privfgl(work: Path, cell: str, seed: int, budget: tuple[int, int] = FULL, params: dict | None = None) -> dict:
+    """privfgl's fedlog on the exported files, one seed, one thread; `params`: method params over the
+    defaults (an ablation)."""
     from privfgl.experiment import run
     spec = CELLS[cell]
     common = {"threads": 1, "progress": False, "transcript": "none", "rounds": budget[0],
-              "method_params": {"generator_epochs": budget[1]}}
-    cfg = regime_config(cell, seed, **common) if own else file_config(export(work, cell), spec.dataset, spec.clients,
-                                                                      seed, **common)
+              "method_params": {"generator_epochs": budget[1], **(params or {})}}
+    cfg = file_config(export(work, cell), spec.dataset, spec.clients, seed, **common)
     start = time.perf_counter()
     record, _ = run(cfg)
     seconds = time.perf_counter() - start
     metrics = record["metrics"]
-    acc = metrics["settings"]["seen"]["test_acc"] if own else metrics["test_acc"]
-    return {"acc": 100 * acc, "seconds": seconds, "best_round": metrics["best_round"]}
+    return {"acc": 100 * metrics["test_acc"], "seconds": seconds, "best_round": metrics["best_round"]}
 
 
 def per_seed(stage_results: dict | None) -> dict:
@@ -261,24 +260,26 @@ def _per_seed(r: dict) -> str:
 def table(results: dict, work: Path) -> str:
     from privfgl.data.partition_file import file_sha256
     from privfgl.data.split_file import split_sha256
-    rows = ["| cell | paper acc % | authors' code acc % | privfgl acc % | privfgl's own pipeline acc % | "
+    rows = ["| cell | paper acc % | authors' code acc % | privfgl acc % | "
             "authors' per seed | privfgl per seed | authors' s per run | privfgl s per run | "
             "target (privfgl ≥ authors' − 1 std; s ≤ authors') |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|"]
     hashes = []
     for cell, spec in CELLS.items():
         for name in [cell, *sorted(k for k in results if k.startswith(cell + "@"))]:
             r = {stage: per_seed(results.get(name, {}).get(stage)) for stage in STAGES}
             label = PEER_NAMES[spec.dataset] + f" K={spec.clients}" + (f" ({name.split('@')[1]})" if "@" in name else "")
             paper = f"{spec.paper:.2f}" if name == cell else "—"
-            rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | {_cell(r['privfgl-own'])} | "
+            rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | "
                         f"{_per_seed(r['peer'])} | {_per_seed(r['privfgl'])} | {_seconds(r['peer'])} | "
                         f"{_seconds(r['privfgl'])} | {verdict(results.get(name, {}))} |")
         folder = work / cell
         if (folder / "partition.txt").is_file():
             hashes.append(f"{cell}: `partition.txt` {file_sha256('file:' + str(folder / 'partition.txt'))[:12]}…, "
                           f"`split.json` {split_sha256(str(folder / 'split.json'))[:12]}…")
-    return "\n".join([*rows, "", "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
+    extra = ablation_table(results)
+    return "\n".join([*rows, *([""] + extra if extra else []), "",
+                      "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
                       f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
                       "seen test accuracy at the round of best seen validation accuracy; mean ± population std; "
                       "seconds: each side's mean wall time per run at one thread."]) + "\n"
@@ -292,7 +293,23 @@ def key(cell: str, budget: tuple[int, int]) -> str:
 def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[int, int]) -> dict:
     if stage == "peer":
         return run_peer(args, work, cell, seed, budget)
-    return run_privfgl(work, cell, seed, own=stage == "privfgl-own", budget=budget)
+    return run_privfgl(work, cell, seed, budget=budget, params=args.param)
+
+
+def ablation_table(results: dict) -> list[str]:
+    """privfgl's runs with other method params (stages `privfgl+KEY=VALUE,...`) beside its defaults and
+    the authors' code, where any were run."""
+    rows = []
+    for name, stages in results.items():
+        for stage in sorted(s for s in stages if s.startswith("privfgl+")):
+            if not rows:
+                rows = ["| cell | privfgl with | acc % | per seed | s per run | privfgl defaults | authors' code |",
+                        "|---|---|---|---|---|---|---|"]
+            r, base, peer = (per_seed(stages.get(k)) for k in (stage, "privfgl", "peer"))
+            label = name.replace("@", " (") + (")" if "@" in name else "")
+            rows.append(f"| {label} | `{stage.split('+', 1)[1]}` | {_cell(r)} | {_per_seed(r)} | {_seconds(r)} | "
+                        f"{_cell(base)} | {_cell(peer)} |")
+    return rows
 
 
 def main() -> int:
@@ -306,11 +323,16 @@ def main() -> int:
     ap.add_argument("--budget", type=lambda v: tuple(int(x) for x in v.split(",")), default=FULL,
                     metavar="ROUNDS,GEN_EPOCHS", help="a smaller budget on both sides (their --rounds and "
                     "--pre_gen_epochs, privfgl's --rounds and generator_epochs), kept as its own rows")
+    ap.add_argument("--param", type=lambda v: dict([v.split("=", 1)]), action="append", default=[],
+                    metavar="KEY=VALUE", help="privfgl method params over its defaults: an ablation, kept as the "
+                    "stage privfgl+KEY=VALUE,...")
     ap.add_argument("--export-only", action="store_true", help="write the cells' client files and stop")
     ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "SEED", "LOG"),
                     help="take a cell's peer run from the log of a run made by hand (run_peer's command)")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
     args = ap.parse_args()
+    args.param = {k: v for d in args.param for k, v in d.items()}
+    ablation = "privfgl+" + ",".join(f"{k}={v}" for k, v in sorted(args.param.items())) if args.param else None
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.work / "results.json"
 
@@ -332,10 +354,11 @@ def main() -> int:
         name = key(cell, args.budget)
         for stage in args.stages:
             for seed in args.seeds:
-                if str(seed) in results.get(name, {}).get(stage, {}):
+                stored = ablation if ablation and stage == "privfgl" else stage
+                if str(seed) in results.get(name, {}).get(stored, {}):
                     continue
-                results = save(name, stage, seed, run_stage(args, args.work, cell, stage, seed, args.budget))
-                print(name, stage, seed, results[name][stage][str(seed)], flush=True)
+                results = save(name, stored, seed, run_stage(args, args.work, cell, stage, seed, args.budget))
+                print(name, stored, seed, results[name][stored][str(seed)], flush=True)
     write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
     print(table(results, args.work))
     return 0

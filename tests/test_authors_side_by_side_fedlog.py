@@ -85,3 +85,18 @@ def test_the_target_is_the_authors_mean_minus_one_std_and_their_wall_time():
     assert verdict({"peer": peer, "privfgl": runs((73.9, 101.0), (74.0, 101.0))}) == \
         "acc fails (floor 74.00); time fails"
     assert verdict({"peer": peer}) == "not measured"
+
+
+def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_path):
+    script = _script()
+    def runs(acc, seeds=(0, 1, 2)):
+        return {str(s): {"acc": acc, "seconds": 10.0, "best_round": 3} for s in seeds}
+    results = {"cora-3@rounds=5,gen=10": {"peer": runs(80.0), "privfgl": runs(81.0),
+                                           "privfgl+warmup_form=code": runs(79.5, seeds=(0,))}}
+    text = script.table(results, tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| Cora") or line.startswith("| CiteSeer")]
+    assert len(rows) == 7  # six cells at the full budget, not run, and Cora K=3 at the smaller one
+    assert "| Cora K=3 (rounds=5,gen=10) | — | 80.00 ± 0.00 | 81.00 ± 0.00 |" in text
+    assert "acc holds (floor 80.00); time holds" in text
+    assert "| cora-3 (rounds=5,gen=10) | `warmup_form=code` | 79.50 ± 0.00 (1 of 3 seeds) |" in text
+    assert text.count("not measured") == 6
