@@ -933,6 +933,11 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "    for c in built.clients:\n        c.val_mask, c.test_mask = c.test_mask, c.val_mask\n"
      "    write_split(built.clients, folder / \"split.json\")\n",
      ["tests/test_authors_side_by_side_fedlog.py"]),
+    ("PLG4", "FedLoG's code-form warm-up takes ceil(n/batch) minibatch steps per epoch, not the code's floor",
+     "privfgl/methods/fedlog/client.py",
+     "for i in range(max(1, self.n_train // p.batch_size))]",
+     "for i in range(max(1, -(-self.n_train // p.batch_size)))]",
+     ["tests/fedlog/test_fedlog.py", "-k", "warm_up"]),
 ]
 
 
