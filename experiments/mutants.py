@@ -938,6 +938,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "for i in range(max(1, self.n_train // p.batch_size))]",
      "for i in range(max(1, -(-self.n_train // p.batch_size)))]",
      ["tests/fedlog/test_fedlog.py", "-k", "warm_up"]),
+    ("PLG5", "FedLoG's code classifier normalises the prototypes too (the authors' clsf normalises only its query)",
+     "privfgl/methods/fedlog/model.py", "            h = self.norm(h)\n",
+     "            h, protos = self.norm(h), self.norm(protos)\n",
+     ["tests/fedlog/test_fedlog.py", "-k", "code_classifier"]),
 ]
 
 

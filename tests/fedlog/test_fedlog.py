@@ -59,6 +59,20 @@ def test_prototype_interaction_is_eqs_14_to_18_pair_by_pair():
     assert torch.allclose(layer(h, n, protos), torch.stack(expected), atol=1e-5)
 
 
+def test_the_code_classifier_normalises_the_query_and_not_the_prototypes():
+    """The authors' clsf: LayerNorm(query), message passing that adds zeros to it, then the distance to
+    the class means of the embedder's prototype outputs as they are (euclidean_dist(embeds, syn_proto))."""
+    from privfgl.methods.fedlog.model import BranchClassifier
+    torch.manual_seed(0)
+    branch, C, s, D = BranchClassifier(8, 2, "code"), 3, 4, 8
+    torch.nn.init.normal_(branch.norm.weight), torch.nn.init.normal_(branch.norm.bias)  # a trained affine
+    h, protos = torch.randn(5, D), 5 * torch.randn(C * s, D) + 2
+    q = torch.nn.functional.layer_norm(h, (D,), branch.norm.weight, branch.norm.bias)
+    means = protos.view(C, s, D).mean(1)
+    expected = (-((q[:, None, :] - means[None]) ** 2).sum(-1)).log_softmax(-1)
+    assert torch.allclose(branch(h, h, protos, s), expected, atol=1e-5)
+
+
 def test_the_degree_gate_and_the_probability_mixture():
     alpha = gate(torch.tensor([0, 4, 100]), tail_degree=3)
     assert torch.allclose(alpha, torch.tensor([torch.sigmoid(torch.tensor(-4.0)), 0.5, 1.0]))
