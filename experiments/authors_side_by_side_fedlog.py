@@ -19,9 +19,10 @@ from a Google Drive archive, not reachable here), so privfgl makes the clients o
                it), so "privfgl on its own partition" is this row
 
 Results are kept per seed (--seeds picks which to run), so calls can run seeds side by side and a
-run cut off by time leaves the finished seeds. Both report the seen test accuracy at the round of best (seen) validation accuracy, weighted over
-clients by test nodes. Results land in WORK/results.json cell by cell and stage by stage (a later
-call runs only the missing ones); the tables go to docs/authors-side-by-side.md's block
+run cut off by time leaves the finished seeds. Both report the seen test accuracy at the round of
+best (seen) validation accuracy, weighted over clients by test nodes. Results land in
+WORK/results.json cell by cell, stage by stage and seed by seed (a later call runs only the missing
+ones); the tables go to docs/authors-side-by-side.md's block
 `authors_side_by_side_fedlog`: per cell the paper (Table 1(a)), both codes, each side's wall
 seconds per run at one thread, and the issue's target (privfgl >= the authors' mean minus one std,
 seconds <= theirs).
@@ -268,7 +269,8 @@ def table(results: dict, work: Path) -> str:
     for cell, spec in CELLS.items():
         for name in [cell, *sorted(k for k in results if k.startswith(cell + "@"))]:
             r = {stage: per_seed(results.get(name, {}).get(stage)) for stage in STAGES}
-            label = PEER_NAMES[spec.dataset] + f" K={spec.clients}" + (f" ({name.split('@')[1]})" if "@" in name else "")
+            budget = f" ({name.split('@')[1]})" if "@" in name else ""
+            label = f"{PEER_NAMES[spec.dataset]} K={spec.clients}{budget}"
             paper = f"{spec.paper:.2f}" if name == cell else "—"
             rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | "
                         f"{_per_seed(r['peer'])} | {_per_seed(r['privfgl'])} | {_seconds(r['peer'])} | "

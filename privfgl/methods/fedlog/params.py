@@ -9,7 +9,7 @@ CLASSIFIERS = ("paper", "code")      # Eqs. 14-18 at the query (paper) | the cod
 MIXTURES = ("prob", "log")           # p = α p_head + (1-α) p_tail (paper) | the code's log-probability mixture
 GAMMA_UPDATES = ("batch", "round")   # γ step after every minibatch ±step (code) | once per round, +step only (paper)
 WEIGHTINGS = ("train_nodes", "uniform")  # model averaging: by |V_k| (paper, training nodes) | plain mean (code)
-WARMUP_FORMS = ("full", "code")      # warm-up steps: one full batch per epoch, best kept | the code's minibatches, last kept
+WARMUP_FORMS = ("full", "code")      # one full-batch step per epoch, best kept | the code's minibatches, last kept
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class FedLoGParams:
     generator_grad_weight: float = 1.0  # weight of L_grad in L_NG (1: Eq. 11)
     warmup_epochs: int = 100         # [C]'s round-0 pretraining of φ_E + a Linear head (early stop on validation, not test)
     warmup_patience: int = 10
-    warmup_form: str = "full"        # full: one full-batch step per epoch, best epoch kept | code: [C]'s minibatches, last kept
+    warmup_form: str = "full"        # full: one full-batch step per epoch, best kept | code: [C]'s minibatches
 
 
 # The defaults are the authors' code's choices where it and the paper differ (spec A.12): they reproduce
