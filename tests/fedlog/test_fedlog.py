@@ -59,6 +59,20 @@ def test_prototype_interaction_is_eqs_14_to_18_pair_by_pair():
     assert torch.allclose(layer(h, n, protos), torch.stack(expected), atol=1e-5)
 
 
+def test_the_code_classifier_normalises_the_query_and_not_the_prototypes():
+    """The authors' clsf: LayerNorm(query), message passing that adds zeros to it, then the distance to
+    the class means of the embedder's prototype outputs as they are (euclidean_dist(embeds, syn_proto))."""
+    from privfgl.methods.fedlog.model import BranchClassifier
+    torch.manual_seed(0)
+    branch, C, s, D = BranchClassifier(8, 2, "code"), 3, 4, 8
+    torch.nn.init.normal_(branch.norm.weight), torch.nn.init.normal_(branch.norm.bias)  # a trained affine
+    h, protos = torch.randn(5, D), 5 * torch.randn(C * s, D) + 2
+    q = torch.nn.functional.layer_norm(h, (D,), branch.norm.weight, branch.norm.bias)
+    means = protos.view(C, s, D).mean(1)
+    expected = (-((q[:, None, :] - means[None]) ** 2).sum(-1)).log_softmax(-1)
+    assert torch.allclose(branch(h, h, protos, s), expected, atol=1e-5)
+
+
 def test_the_degree_gate_and_the_probability_mixture():
     alpha = gate(torch.tensor([0, 4, 100]), tail_degree=3)
     assert torch.allclose(alpha, torch.tensor([torch.sigmoid(torch.tensor(-4.0)), 0.5, 1.0]))
@@ -187,6 +201,22 @@ def test_a_client_predicts_on_another_graph_with_that_graphs_degrees(sbm):
     assert torch.allclose(client.predict(clients[0]), own)
     assert client.predict(clients[1]).shape == (clients[1].num_nodes, 5)
     assert torch.allclose(own.exp().sum(-1), torch.ones(clients[0].num_nodes), atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["full", "code"])
+def test_the_warm_up_takes_one_full_batch_step_per_epoch_or_the_codes_minibatch_steps(sbm, form):
+    from privfgl.data import client_subgraphs, partition_nodes, split_clients
+    from privfgl.methods.fedlog.model import FedLoGModel
+    clients = client_subgraphs(sbm, partition_nodes(sbm, "metis", 2, seed=0))
+    split_clients(clients, 0.4, 0.3, 0.3, seed=0)
+    p = resolve_params({**SMALL, "warmup_epochs": 2, "warmup_patience": 5, "batch_size": 32, "warmup_form": form})
+    client = FedLoGClient(0, clients[0], 5, p, FedLoGModel(64, p).state_dict(), initial_synthetic(5, 64, p, 0), 0)
+    calls = []
+    client.model.embedder.register_forward_hook(lambda *_: calls.append(1))
+    assert client.warmup() == 2
+    steps = client.n_train // 32 if form == "code" else 1  # the code: floor(n / batch) minibatches, remainder unused
+    assert steps > 1 or form == "full"
+    assert len(calls) == 2 * (steps + 1)  # each step re-embeds the graph, then one evaluation per epoch
 
 
 def test_generators_share_one_initialisation_and_are_mlps_with_tanh_outputs():

@@ -161,36 +161,47 @@ class FedLoGClient:
         self.gamma = torch.where(present, (self.gamma + delta).clamp(0, 1), self.gamma).float()
 
     def warmup(self) -> int:
-        """[C]'s round-0 pretraining: φ_E + a local Linear head, full batch, cross-entropy, up to
-        `warmup_epochs`, early-stopped on the validation nodes (never test; A.12.12). Returns epochs run.
-        The head's initialisation and dropout draw from the client's own stream."""
+        """[C]'s round-0 pretraining: φ_E + a local Linear head, cross-entropy, up to `warmup_epochs`,
+        early-stopped on the validation nodes (never test; A.12.12). `warmup_form=full`: one full-batch
+        step per epoch, the best epoch's φ_E kept; `code`: the code's ⌊n/batch_size⌋ minibatch steps per
+        epoch (each re-embeds the graph), a tie counts as an improvement, the last epoch's φ_E kept (its
+        best checkpoint is overwritten by round 0's upload). Returns epochs run. The head's
+        initialisation, dropout and (code) minibatches draw from the client's own streams."""
         with self.own_rng():
             return self._warmup()
 
     def _warmup(self) -> int:
         p, d = self.p, self.data
+        code = p.warmup_form == "code"
         head = torch.nn.Linear(p.embed_dim, self.C)
         opt = torch.optim.Adam([*self.model.embedder.parameters(), *head.parameters()], lr=p.lr,
                                weight_decay=p.weight_decay)
         best, best_state, wait, epochs = -1.0, None, 0, 0
         for epochs in range(1, p.warmup_epochs + 1):
             self.model.train()
-            opt.zero_grad()
-            out = head(self.model.embedder(d.x, d.edge_index))
-            F.cross_entropy(out[self.train_idx], d.y[self.train_idx]).backward()
-            opt.step()
+            if code:
+                order = self.train_idx[torch.randperm(self.n_train, generator=self.rng)]
+                batches = [order[i * p.batch_size:(i + 1) * p.batch_size]
+                           for i in range(max(1, self.n_train // p.batch_size))]
+            else:
+                batches = [self.train_idx]
+            for batch in batches:
+                opt.zero_grad()
+                out = head(self.model.embedder(d.x, d.edge_index))
+                F.cross_entropy(out[batch], d.y[batch]).backward()
+                opt.step()
             self.model.eval()
             with torch.no_grad():
                 pred = head(self.model.embedder(d.x, d.edge_index)).argmax(1)
             acc = float((pred[d.val_mask] == d.y[d.val_mask]).double().mean()) if bool(d.val_mask.any()) else 0.0
-            if acc > best:
+            if acc > best or (code and acc == best):
                 best, wait = acc, 0
                 best_state = {k: v.clone() for k, v in self.model.embedder.state_dict().items()}
             else:
                 wait += 1
                 if wait >= p.warmup_patience:
                     break
-        if best_state is not None:
+        if best_state is not None and not code:
             self.model.embedder.load_state_dict(best_state)
         return epochs
 

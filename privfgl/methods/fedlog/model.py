@@ -41,7 +41,8 @@ class PrototypeInteraction(nn.Module):
 
 class BranchClassifier(nn.Module):
     """φ_H or φ_T: the paper's stacked prototype-interaction layers, or the authors' code's effective
-    form, LayerNorm of the query and of the prototypes (spec A.12.3: its message passing adds zeros)."""
+    form, LayerNorm of the query (spec A.12.3: its message passing adds zeros); in both the
+    prototypes are the embedder's outputs as they are (the code's `clsf` normalises only its query)."""
 
     def __init__(self, dim: int, layers: int, form: str):
         super().__init__()
@@ -57,7 +58,7 @@ class BranchClassifier(nn.Module):
             for layer in self.layers:
                 h = layer(h, n, protos)
         else:
-            h, protos = self.norm(h), self.norm(protos)
+            h = self.norm(h)
         means = protos.view(-1, s, protos.shape[1]).mean(1)                             # [C, D]
         return (-sqdist(h, means)).log_softmax(-1)
 

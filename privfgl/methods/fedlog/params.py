@@ -9,6 +9,7 @@ CLASSIFIERS = ("paper", "code")      # Eqs. 14-18 at the query (paper) | the cod
 MIXTURES = ("prob", "log")           # p = α p_head + (1-α) p_tail (paper) | the code's log-probability mixture
 GAMMA_UPDATES = ("batch", "round")   # γ step after every minibatch ±step (code) | once per round, +step only (paper)
 WEIGHTINGS = ("train_nodes", "uniform")  # model averaging: by |V_k| (paper, training nodes) | plain mean (code)
+WARMUP_FORMS = ("full", "code")      # one full-batch step per epoch, best kept | the code's minibatches, last kept
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class FedLoGParams:
     generator_grad_weight: float = 1.0  # weight of L_grad in L_NG (1: Eq. 11)
     warmup_epochs: int = 100         # [C]'s round-0 pretraining of φ_E + a Linear head (early stop on validation, not test)
     warmup_patience: int = 10
+    warmup_form: str = "full"        # full: one full-batch step per epoch, best kept | code: [C]'s minibatches
 
 
 # The defaults are the authors' code's choices where it and the paper differ (spec A.12): they reproduce
@@ -66,6 +68,7 @@ def _check(p: FedLoGParams) -> None:
     need(p.gamma_update in GAMMA_UPDATES, "gamma_update", ", ".join(GAMMA_UPDATES))
     need(p.global_per_step in ("all", "share"), "global_per_step", "all, share")
     need(p.weighting in WEIGHTINGS, "weighting", ", ".join(WEIGHTINGS))
+    need(p.warmup_form in WARMUP_FORMS, "warmup_form", ", ".join(WARMUP_FORMS))
     for key in ("s", "hidden", "embed_dim", "batch_size", "local_epochs", "classifier_layers", "min_contributors",
                 "generator_gnns", "generator_gnns_per_epoch"):
         need(getattr(p, key) >= 1, key, "an integer >= 1")

@@ -1,0 +1,370 @@
+r"""FedLoG side by side with its authors' code, on the same clients, splits and training seeds (issue #43).
+
+Cells (--cells): Cora and CiteSeer × 3, 5, 10 clients, the closed regime of the paper's Table 1(a)
+(METIS into K + 1 parts, the last the new client; missing classes removed per client; 40/30/30 per
+client). The authors' repository ships no partition code (main.py reads a pickled `local_graphs.pkl`
+from a Google Drive archive, not reachable here), so privfgl makes the clients once (partition seed
+0) and both sides train on them:
+
+    export     privfgl's closed regime for the cell, written to WORK/CELL/: partition.txt (the K
+               training clients' node ids, missing classes removed), split.json (`--split-file`
+               format), eval.json (each client's unseen-node / missing-class graph, the new client)
+    peer       the authors' main.py (experiments/peers/fedlog_main.py builds their local_graphs.pkl
+               from those files), one process per training seed (`--seed s --num_seed 1`: main.py
+               reseeds and rebuilds everything per seed, so this is its `--num_seed 3` run split up)
+    privfgl    privfgl's fedlog on the same files (`--partition file:partition.txt --split-file
+               split.json`), seeds 0, 1, 2, its defaults (the authors' flags map onto them: FLAGS);
+               these are the clients and split privfgl's own pipeline builds (`--partition metis
+               --partition-seed 0 --evaluate seen,unseen-node,missing-class,new-client`; a test checks
+               it), so "privfgl on its own partition" is this row
+
+Results are kept per seed (--seeds picks which to run), so calls can run seeds side by side and a
+run cut off by time leaves the finished seeds. Both report the seen test accuracy at the round of
+best (seen) validation accuracy, weighted over clients by test nodes. Results land in
+WORK/results.json cell by cell, stage by stage and seed by seed (a later call runs only the missing
+ones); the tables go to docs/authors-side-by-side.md's block
+`authors_side_by_side_fedlog`: per cell the paper (Table 1(a)), both codes, each side's wall
+seconds per run at one thread, and the issue's target (privfgl >= the authors' mean minus one std,
+seconds <= theirs).
+
+    OMP_NUM_THREADS=1 PRIVFGL_DATA=... python experiments/authors_side_by_side_fedlog.py \
+        --peer-python /tmp/peer-log/venv/bin/python --peer-src /tmp/peer-log/src --work /tmp/peer-log/side
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from privfgl.doc_block import write_block  # noqa: E402
+
+STAGES = ("peer", "privfgl")
+SEEDS = (0, 1, 2)
+PARTITION_SEED = 0
+CLOSED = ("seen", "unseen-node", "missing-class", "new-client")
+TAG = "authors_side_by_side_fedlog"
+FULL = (100, 100)  # (rounds, generator epochs): the authors' --rounds and --pre_gen_epochs defaults
+
+# The authors' argparse defaults (argument.py at 80c9792) and the constants in their model code, each with
+# privfgl's fedlog method param that carries it and the value it must have (tests check these against
+# privfgl's defaults). `None`: a run option, not a method param.
+FLAGS = {
+    "--lr 0.001": ("lr", 1e-3),
+    "--lr 0.001 (the synthetic nodes' Adam)": ("lr_synthetic", 1e-3),
+    "--local_epochs 1": ("local_epochs", 1),
+    "--pre_epochs 100": ("warmup_epochs", 100),
+    "pretrain patience 10": ("warmup_patience", 10),
+    "--pre_gen_epochs 100": ("generator_epochs", 100),
+    "neighbour generator Adam lr 0.01": ("generator_lr", 1e-2),
+    "grad_epochs 20 (random nets in L_grad)": ("generator_gnns", 20),
+    "--batch_size 64": ("batch_size", 64),
+    "--hid_dim 64 (GraphSAGE out)": ("embed_dim", 64),
+    "--hid_dim*2 (GraphSAGE hidden)": ("hidden", 128),
+    "GraphSAGE dropout 0.5": ("dropout", 0.5),
+    "Adam weight_decay 5e-4": ("weight_decay", 5e-4),
+    "--head_deg_thres 3": ("tail_degree", 3),
+    "--num_proto 20": ("s", 20),
+    "--hyper_syn_norm 1": ("beta", 1.0),
+    "--hyper_cd_metric 1": ("generalization_weight", 1.0),
+    "cls_cd_scaler ± 0.001 per minibatch": ("gamma_step", 1e-3),
+    "cls_cd_scaler threshold 0.8": ("gamma_threshold", 0.8),
+    "cls_cd_scaler updated per minibatch": ("gamma_update", "batch"),
+    "average_parameters (plain mean)": ("weighting", "uniform"),
+    "clsf: LayerNorm then message passing": ("classifier", "code"),
+    "NLLLoss on the log-probability mixture": ("mixture", "log"),
+    "every global synthetic node in every minibatch": ("global_per_step", "all"),
+}
+RUN_FLAGS = {"--rounds 100": ("rounds", 100), "--n_silos K": ("clients", "K"), "--seed s": ("seed", "s")}
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str     # privfgl's name
+    clients: int
+    paper: float     # Table 1(a), seen graph, accuracy %
+
+
+CELLS = {  # paper: the spec's A.11 Table 1(a) (docs/fedlog-reproduction.md's parentheses)
+    "cora-3": Cell("cora", 3, 86.01), "cora-5": Cell("cora", 5, 85.75), "cora-10": Cell("cora", 10, 84.51),
+    "citeseer-3": Cell("citeseer", 3, 76.63), "citeseer-5": Cell("citeseer", 5, 77.28),
+    "citeseer-10": Cell("citeseer", 10, 76.24),
+}
+PEER_NAMES = {"cora": "Cora", "citeseer": "CiteSeer"}
+
+
+def regime_config(cell: str, seed: int = 0, **extra):
+    """privfgl's config for the cell's own pipeline (the closed regime, partition seed 0)."""
+    from privfgl.experiment import config_for
+    spec = CELLS[cell]
+    return config_for({"method": "fedlog", "dataset": spec.dataset, "clients": spec.clients,
+                       "partition_seed": PARTITION_SEED, "seed": seed, "evaluate": list(CLOSED), **extra})
+
+
+def export(work: Path, cell: str) -> Path:
+    """privfgl's closed-regime clients for the cell in WORK/CELL/ (module docstring); returns the folder."""
+    folder = work / cell
+    if not (folder / "eval.json").is_file():
+        export_regime(regime_config(cell), folder)
+    return folder
+
+
+def export_regime(cfg, folder: Path) -> None:
+    """The clients a closed-regime config builds, as partition.txt, split.json and eval.json in folder."""
+    from privfgl.data.partition_file import write_partition
+    from privfgl.data.split_file import write_split
+    from privfgl.experiment import build_clients
+    folder.mkdir(parents=True, exist_ok=True)
+    built = build_clients(cfg)
+    write_partition([c.global_id for c in built.clients], folder / "partition.txt")
+    write_split(built.clients, folder / "split.json")
+    by_name = {s.name: s.graphs for s in built.settings}
+    unseen, missing = by_name["unseen-node"], by_name["missing-class"]
+    evals = {"clients": [{"nodes": g.global_id.tolist(), "unseen_node": g.global_id[g.test_mask].tolist(),
+                          "missing_class": missing[k].global_id[missing[k].test_mask].tolist()}
+                         for k, g in enumerate(unseen)],
+             "new_client": by_name["new-client"][0].global_id.tolist(),
+             "data_regime": built.extras["data_regime"]}
+    (folder / "eval.json").write_text(json.dumps(evals) + "\n")
+
+
+def file_config(folder: Path, dataset: str, clients: int, seed: int, **extra):
+    """privfgl's fedlog config on an exported folder's partition and split."""
+    from privfgl.experiment import config_for
+    return config_for({"method": "fedlog", "dataset": dataset, "clients": clients,
+                       "partition": f"file:{folder / 'partition.txt'}", "split_file": str(folder / "split.json"),
+                       "partition_seed": PARTITION_SEED, "seed": seed, **extra})
+
+
+def run_peer(args, work: Path, cell: str, seed: int, budget: tuple[int, int] = FULL) -> dict:
+    """The authors' main.py in its venv on the exported clients, one training seed, one thread."""
+    spec = CELLS[cell]
+    folder = export(work, cell)
+    run_dir = work / f"peer-{key(cell, budget)}-{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    env = {**os.environ, "FEDLOG_SRC": str(args.peer_src), "PEER_CLIENTS": str(folder),
+           "PEER_PLANETOID": str(Path(os.environ["PRIVFGL_DATA"])), "PEER_WORKDIR": str(run_dir),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [str(args.peer_python), str(REPO / "experiments" / "peers" / "fedlog_main.py"), "--dataset", spec.dataset,
+           "--n_silos", str(spec.clients), "--unseen_setting", "closeset", "--seed", str(seed), "--num_seed", "1",
+           "--rounds", str(budget[0]), "--pre_gen_epochs", str(budget[1])]
+    log = work / f"log-peer-{key(cell, budget)}-{seed}.txt"
+    with open(log, "w") as f:
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    if code:
+        raise SystemExit(f"peer run {log.name} failed (exit {code}); see {log}")
+    return one_run(parse_peer_log(log.read_text()), seed)
+
+
+def one_run(parsed: dict, seed: int) -> dict:
+    """A parsed peer log's run of `seed` as {acc, seconds, best_round}."""
+    if seed not in parsed["seeds"]:
+        raise SystemExit(f"the peer log has no finished run of seed {seed}")
+    i = parsed["seeds"].index(seed)
+    return {key: parsed[key][i] for key in ("acc", "seconds", "best_round")}
+
+
+BEST = re.compile(r"^\[ROUND (\d+)\] Test Acc at Best Val :\s+([0-9.]+) at (\d+) round\.")
+
+
+def parse_peer_log(text: str) -> dict:
+    """Each finished run's score: the last `[ROUND r] Test Acc at Best Val : A at R round.` line main.py
+    prints before the next run's PEER_RUN_START (a run cut short before its last round is left out, so
+    a log cut short still gives its finished runs). Seconds: from a run's PEER_RUN_START to the next
+    run's, the last to PEER_RUN_END."""
+    acc, best_round, starts, seeds, end, last = [], [], [], [], None, None
+
+    def close() -> None:
+        if last is not None:
+            acc.append(100 * last[1]), best_round.append(last[2])
+
+    for line in text.splitlines():
+        if line.startswith("PEER_RUN_START"):
+            close()
+            _, seed, t = line.split()
+            seeds.append(int(seed)), starts.append(float(t))
+            last = None
+        elif (m := BEST.match(line)):
+            last = (int(m.group(1)), float(m.group(2)), int(m.group(3)))
+        elif line.startswith("PEER_RUN_END"):
+            end = float(line.split()[1])
+    if end is not None:
+        close()
+    seconds = [b - a for a, b in zip(starts, [*starts[1:], *([end] if end is not None else [])])][:len(acc)]
+    return {"acc": acc, "seconds": seconds, "seeds": seeds[:len(acc)], "best_round": best_round}
+
+
+def run_privfgl(work: Path, cell: str, seed: int, budget: tuple[int, int] = FULL, params: dict | None = None) -> dict:
+    """privfgl's fedlog on the exported files, one seed, one thread; `params`: method params over the
+    defaults (an ablation)."""
+    from privfgl.experiment import run
+    spec = CELLS[cell]
+    common = {"threads": 1, "progress": False, "transcript": "none", "rounds": budget[0],
+              "method_params": {"generator_epochs": budget[1], **(params or {})}}
+    cfg = file_config(export(work, cell), spec.dataset, spec.clients, seed, **common)
+    start = time.perf_counter()
+    record, _ = run(cfg)
+    seconds = time.perf_counter() - start
+    metrics = record["metrics"]
+    return {"acc": 100 * metrics["test_acc"], "seconds": seconds, "best_round": metrics["best_round"]}
+
+
+def per_seed(stage_results: dict | None) -> dict:
+    """A stage's results ({seed: run}) as lists in seed order: acc, seconds, seeds."""
+    runs = sorted((int(s), r) for s, r in (stage_results or {}).items())
+    return {"acc": [r["acc"] for _, r in runs], "seconds": [r["seconds"] for _, r in runs],
+            "seeds": [s for s, _ in runs]}
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f}"
+
+
+def verdict(cell_results: dict) -> str:
+    """The issue's target on the same clients: privfgl's mean >= the authors' mean minus their std, and
+    privfgl's mean seconds per run <= theirs."""
+    peer, ours = per_seed(cell_results.get("peer")), per_seed(cell_results.get("privfgl"))
+    if not peer["acc"] or not ours["acc"]:
+        return "not measured"
+    floor = statistics.fmean(peer["acc"]) - statistics.pstdev(peer["acc"])
+    acc_ok = statistics.fmean(ours["acc"]) >= floor
+    time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])
+    return f"acc {'holds' if acc_ok else 'fails'} (floor {floor:.2f}); time {'holds' if time_ok else 'fails'}"
+
+
+def _cell(r: dict) -> str:
+    if not r["acc"]:
+        return "not run"
+    note = f" ({len(r['acc'])} of {len(SEEDS)} seeds)" if len(r["acc"]) < len(SEEDS) else ""
+    return mean_std(r["acc"]) + note
+
+
+def _seconds(r: dict) -> str:
+    return f"{statistics.fmean(r['seconds']):.0f}" if r["seconds"] else ""
+
+
+def _per_seed(r: dict) -> str:
+    return " / ".join(f"{a:.2f}" for a in r["acc"]) if r["acc"] else ""
+
+
+def table(results: dict, work: Path) -> str:
+    from privfgl.data.partition_file import file_sha256
+    from privfgl.data.split_file import split_sha256
+    rows = ["| cell | paper acc % | authors' code acc % | privfgl acc % | "
+            "authors' per seed | privfgl per seed | authors' s per run | privfgl s per run | "
+            "target (privfgl ≥ authors' − 1 std; s ≤ authors') |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    hashes = []
+    for cell, spec in CELLS.items():
+        for name in [cell, *sorted(k for k in results if k.startswith(cell + "@"))]:
+            r = {stage: per_seed(results.get(name, {}).get(stage)) for stage in STAGES}
+            budget = f" ({name.split('@')[1]})" if "@" in name else ""
+            label = f"{PEER_NAMES[spec.dataset]} K={spec.clients}{budget}"
+            paper = f"{spec.paper:.2f}" if name == cell else "—"
+            rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | "
+                        f"{_per_seed(r['peer'])} | {_per_seed(r['privfgl'])} | {_seconds(r['peer'])} | "
+                        f"{_seconds(r['privfgl'])} | {verdict(results.get(name, {}))} |")
+        folder = work / cell
+        if (folder / "partition.txt").is_file():
+            hashes.append(f"{cell}: `partition.txt` {file_sha256('file:' + str(folder / 'partition.txt'))[:12]}…, "
+                          f"`split.json` {split_sha256(str(folder / 'split.json'))[:12]}…")
+    extra = ablation_table(results)
+    return "\n".join([*rows, *([""] + extra if extra else []), "",
+                      "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
+                      f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
+                      "seen test accuracy at the round of best seen validation accuracy; mean ± population std; "
+                      "seconds: each side's mean wall time per run at one thread."]) + "\n"
+
+
+def key(cell: str, budget: tuple[int, int]) -> str:
+    """results.json's key of a cell at a budget: the cell's name at the full budget."""
+    return cell if budget == FULL else f"{cell}@rounds={budget[0]},gen={budget[1]}"
+
+
+def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[int, int]) -> dict:
+    if stage == "peer":
+        return run_peer(args, work, cell, seed, budget)
+    return run_privfgl(work, cell, seed, budget=budget, params=args.param)
+
+
+def ablation_table(results: dict) -> list[str]:
+    """privfgl's runs with other method params (stages `privfgl+KEY=VALUE,...`) beside its defaults and
+    the authors' code, where any were run."""
+    rows = []
+    for name, stages in results.items():
+        for stage in sorted(s for s in stages if s.startswith("privfgl+")):
+            if not rows:
+                rows = ["| cell | privfgl with | acc % | per seed | s per run | privfgl defaults | authors' code |",
+                        "|---|---|---|---|---|---|---|"]
+            r, base, peer = (per_seed(stages.get(k)) for k in (stage, "privfgl", "peer"))
+            label = name.replace("@", " (") + (")" if "@" in name else "")
+            rows.append(f"| {label} | `{stage.split('+', 1)[1]}` | {_cell(r)} | {_per_seed(r)} | {_seconds(r)} | "
+                        f"{_cell(base)} | {_cell(peer)} |")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--peer-python", type=Path, default=Path("/tmp/peer-log/venv/bin/python"))
+    ap.add_argument("--peer-src", type=Path, default=Path("/tmp/peer-log/src"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-log/side"))
+    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
+    ap.add_argument("--stages", nargs="+", choices=STAGES, default=["peer", "privfgl"])
+    ap.add_argument("--seeds", nargs="+", type=int, choices=SEEDS, default=list(SEEDS))
+    ap.add_argument("--budget", type=lambda v: tuple(int(x) for x in v.split(",")), default=FULL,
+                    metavar="ROUNDS,GEN_EPOCHS", help="a smaller budget on both sides (their --rounds and "
+                    "--pre_gen_epochs, privfgl's --rounds and generator_epochs), kept as its own rows")
+    ap.add_argument("--param", type=lambda v: dict([v.split("=", 1)]), action="append", default=[],
+                    metavar="KEY=VALUE", help="privfgl method params over its defaults: an ablation, kept as the "
+                    "stage privfgl+KEY=VALUE,...")
+    ap.add_argument("--export-only", action="store_true", help="write the cells' client files and stop")
+    ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "SEED", "LOG"),
+                    help="take a cell's peer run from the log of a run made by hand (run_peer's command)")
+    ap.add_argument("--out", default="docs/authors-side-by-side.md")
+    args = ap.parse_args()
+    args.param = {k: v for d in args.param for k, v in d.items()}
+    ablation = "privfgl+" + ",".join(f"{k}={v}" for k, v in sorted(args.param.items())) if args.param else None
+    args.work.mkdir(parents=True, exist_ok=True)
+    store = args.work / "results.json"
+
+    def save(cell: str, stage: str, seed: int, result: dict) -> dict:
+        merged = json.loads(store.read_text()) if store.is_file() else {}  # another call may run other cells
+        merged.setdefault(cell, {}).setdefault(stage, {})[str(seed)] = result
+        store.write_text(json.dumps(merged, indent=1))
+        return merged
+
+    if args.export_only:
+        for cell in args.cells:
+            print(cell, export(args.work, cell))
+        return 0
+    results = json.loads(store.read_text()) if store.is_file() else {}
+    if args.peer_log:
+        cell, seed, log = args.peer_log
+        results = save(cell, "peer", int(seed), one_run(parse_peer_log(Path(log).read_text()), int(seed)))
+    for cell in args.cells:
+        name = key(cell, args.budget)
+        for stage in args.stages:
+            for seed in args.seeds:
+                stored = ablation if ablation and stage == "privfgl" else stage
+                if str(seed) in results.get(name, {}).get(stored, {}):
+                    continue
+                results = save(name, stored, seed, run_stage(args, args.work, cell, stage, seed, args.budget))
+                print(name, stored, seed, results[name][stored][str(seed)], flush=True)
+    write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
+    print(table(results, args.work))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
