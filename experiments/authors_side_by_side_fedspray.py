@@ -16,6 +16,8 @@ Training seeds 0, 1, 2 on both sides. Stages (--stages) per cell:
                         sides), its split
     privfgl             privfgl `--method fedspray --model sage --rounds 500 --method-param preset=code`
                         on the same files and the authors' split of the same seed
+    privfgl-projector   as privfgl, with `projector_start=projector` (the preset before issue #43 found client.py's
+                        projector start; the ablation of that choice)
     privfgl-paper       as privfgl, with the paper's defaults (no preset): λ1 = 5, no gate, ... (context)
     privfgl-own         privfgl with preset=code on its own partition and split (`--partition louvain+`,
                         both following the seed: `--method fedspray`'s defaults)
@@ -49,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from privfgl.doc_block import write_block  # noqa: E402
 
-STAGES = ("peer", "privfgl", "privfgl-paper", "privfgl-own")
+STAGES = ("peer", "privfgl", "privfgl-projector", "privfgl-paper", "privfgl-own")
 SEEDS = (0, 1, 2)
 PARTITION, PARTITION_SEED, CLIENTS = "louvain+", 0, 10
 TAG = "authors_side_by_side_fedspray"
@@ -60,6 +62,11 @@ AUTHORS_SETTINGS = {"epochs": ("local_epochs", 5), "lr": (("lr_gnn", "lr_encoder
                     "rounds": ("--rounds", 500), "gnn": ("--model", "sage"), "proxy lr": ("lr_proxy", 0.02)}
 PRIVFGL_ARGS = {"model": "sage", "hidden": 64, "rounds": 500}
 AUTHORS_ROUNDS = 500  # main.py's run(): server.train(rounds=500)
+
+
+METHOD_PARAMS = {"privfgl": {"preset": "code"},
+                 "privfgl-projector": {"preset": "code", "projector_start": "projector"},
+                 "privfgl-paper": {}, "privfgl-own": {"preset": "code"}}
 
 
 @dataclass(frozen=True)
@@ -152,7 +159,7 @@ def privfgl_config(work: Path, cell: str, stage: str, seed: int, rounds: int = A
     """privfgl's run settings for a stage and seed (a `privfgl run` config)."""
     cfg = {"method": "fedspray", "dataset": CELLS[cell].privfgl, "clients": CLIENTS, "seed": seed, "threads": 1,
            "progress": False, "transcript": "none", **PRIVFGL_ARGS, "rounds": rounds,
-           "method_params": {} if stage == "privfgl-paper" else {"preset": "code"}}
+           "method_params": METHOD_PARAMS[stage]}
     if stage != "privfgl-own":
         cfg.update(partition=f"file:{partition_glob(work, cell)}", split_file=str(split_file(work, cell, seed)))
     return cfg
@@ -192,6 +199,8 @@ def verdict(cell_results: dict) -> str:
 NAMES = {"peer": ("authors' code (main.py: λ1 = 1, SAGE, {rounds} rounds)", "privfgl's Louvain+ (files)", "authors'"),
          "privfgl": ("privfgl `preset=code`, SAGE, {rounds} rounds", "the same files (`--partition file:`)",
                      "authors' (`--split-file`)"),
+         "privfgl-projector": ("privfgl `preset=code projector_start=projector`, SAGE, {rounds} rounds",
+                               "the same files", "authors' (`--split-file`)"),
          "privfgl-paper": ("privfgl, the paper's defaults (λ1 = 5), SAGE, {rounds} rounds", "the same files",
                            "authors' (`--split-file`)"),
          "privfgl-own": ("privfgl `preset=code`, SAGE, {rounds} rounds", "privfgl's Louvain+, seed = run seed",
@@ -208,7 +217,8 @@ def table(results: dict, work: Path, rounds: int) -> str:
         peer, ours = r.get("peer"), r.get("privfgl")
         fmt = lambda res, key: mean_std(res[key]) if res else "not run"  # noqa: E731
         sec = lambda res: f"{statistics.fmean(res['seconds']):.0f}" if res else ""  # noqa: E731
-        rows.append(f"| {spec.name} Louvain+ 10, {rounds} rounds | {fmt(peer, 'acc')} | {fmt(ours, 'acc')} | {fmt(peer, 'minority')} | "
+        rows.append(f"| {spec.name} Louvain+ 10, {rounds} rounds | {fmt(peer, 'acc')} | {fmt(ours, 'acc')} | "
+                    f"{fmt(peer, 'minority')} | "
                     f"{fmt(ours, 'minority')} | {sec(peer)} | {sec(ours)} | {verdict(r)} |")
     blocks = rows + [""]
     for cell, spec in CELLS.items():
@@ -232,7 +242,8 @@ def table(results: dict, work: Path, rounds: int) -> str:
                   if split_file(work, cell, s).is_file()]
         blocks += ["", f"Files (sha256): `partition/{spec.name}_*.txt` {file_sha256('file:' + glob)[:16]}…"
                    + "".join(f"; {s}" for s in splits) + ".", ""]
-    blocks.append(f"{rounds} rounds on both sides; training seeds 0, 1, 2; mean ± population std; accuracy pooled over the clients' test nodes at "
+    blocks.append(f"{rounds} rounds on both sides; training seeds 0, 1, 2; mean ± population std; accuracy pooled "
+                  "over the clients' test nodes at "
                   "the round of lowest pooled validation loss (both codes); seconds: each side's mean wall time per "
                   "run at one thread.")
     return "\n".join(blocks) + "\n"
@@ -270,7 +281,8 @@ def main() -> int:
         for stage in args.stages:
             if stage in results.get(cell, {}):
                 continue
-            if stage in ("privfgl", "privfgl-paper") and not split_file(args.work, cell, SEEDS[-1]).is_file():
+            needs_split = stage in ("privfgl", "privfgl-projector", "privfgl-paper")
+            if needs_split and not split_file(args.work, cell, SEEDS[-1]).is_file():
                 raise SystemExit(f"{split_file(args.work, cell, SEEDS[-1])}: missing; run the cell's peer stage "
                                  "first (it writes the authors' splits)")
             result = (run_peer(args, args.work, cell) if stage == "peer"

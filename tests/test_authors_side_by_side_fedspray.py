@@ -52,6 +52,8 @@ def test_each_stage_reads_the_shared_files_and_the_seeds_split_except_privfgl_ow
     assert (cfg["seed"], cfg["model"], cfg["rounds"], cfg["threads"], cfg["method_params"]) == \
         (2, "sage", 500, 1, {"preset": "code"})
     assert script.privfgl_config(tmp_path, "cora", "privfgl-paper", 0)["method_params"] == {}
+    assert script.privfgl_config(tmp_path, "cora", "privfgl-projector", 0)["method_params"] == \
+        {"preset": "code", "projector_start": "projector"}
     own = script.privfgl_config(tmp_path, "citeseer", "privfgl-own", 1)
     assert "partition" not in own and "split_file" not in own and own["dataset"] == "citeseer"
 
