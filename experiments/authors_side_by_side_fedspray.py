@@ -226,15 +226,16 @@ def table(results: dict, work: Path, rounds: int) -> str:
         if not r:
             continue
         blocks += [f"**{spec.name}, Louvain+, 10 clients**", "",
-                   "| code | partition | split | acc % | minority % | per seed (acc / minority; selected round) | "
+                   "| code | partition | split | acc % | minority % | per seed (acc / minority; selected round, from 1) | "
                    "s per run |", "|---|---|---|---|---|---|---|"]
         for stage in STAGES:
             if stage not in r:
                 continue
             res, (code, partition, split) = r[stage], NAMES[stage]
             code = code.format(rounds=rounds)
-            per_seed = ", ".join(f"{a:.2f} / {m:.2f}; r{rd}" for a, m, rd in zip(res["acc"], res["minority"],
-                                                                                  res["round"]))
+            first = 0 if stage == "peer" else 1  # main.py counts rounds from 1, privfgl's record from 0
+            per_seed = ", ".join(f"{a:.2f} / {m:.2f}; r{rd + first}" for a, m, rd in zip(res["acc"], res["minority"],
+                                                                                          res["round"]))
             blocks.append(f"| {code} | {partition} | {split} | {mean_std(res['acc'])} | {mean_std(res['minority'])} | "
                           f"{per_seed} | {statistics.fmean(res['seconds']):.0f} |")
         glob = partition_glob(work, cell)
