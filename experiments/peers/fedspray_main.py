@@ -24,10 +24,8 @@ otherwise, so nothing else changes.
 Split out: PEER_SPLIT_OUT=PATTERN (``{seed}`` in it) writes, per seed, the per-client train/val/test
 node ids that load_data drew (global ids; privfgl's ``--split-file`` JSON, clients in the partition
 files' sorted name order, which is how ``--partition file:W/partition/Cora_*.txt`` numbers them;
-load_data itself shuffles the client order). Split in: PEER_SPLIT=PATTERN replaces the drawn split
-with the file's after load_data ran (so the random streams after it are as in the authors' pipeline);
-a client is matched to its file by its node set. Rounds: PEER_ROUNDS=R trains R rounds instead of
-500 (for quick checks only).
+load_data itself shuffles the client order, so a client is matched to its file by its node set).
+Rounds: PEER_ROUNDS=R trains R rounds instead of main.py's 500.
 
 Output: main.py's own lines (``Round: ...`` per round and its final ``best_test_acc ... |
 acc_minority ...`` line), each seed's start and end as ``PEER_RUN_START seed t`` and ``PEER_RUN_END t``
@@ -73,29 +71,20 @@ def _file_nodes(dataset: str) -> dict[frozenset, int]:
 
 
 def _wrap_load_data(load_data, seed: int):
-    """load_data, then write its split (PEER_SPLIT_OUT) or replace it with a file's (PEER_SPLIT)."""
+    """load_data, then write the split it drew (PEER_SPLIT_OUT)."""
 
     @functools.wraps(load_data)
     def wrapped(dataset_name, data_path, file_names):
         dataset, num_clients, train, val, test = load_data(dataset_name, data_path, file_names)
-        index = _file_nodes(dataset_name)
-        order = [index[frozenset(int(v) for v in tr + va + te)] for tr, va, te in zip(train, val, test)]
         out = os.environ.get("PEER_SPLIT_OUT")
         if out:
+            index = _file_nodes(dataset_name)
+            order = [index[frozenset(int(v) for v in tr + va + te)] for tr, va, te in zip(train, val, test)]
             split = [None] * num_clients
             for k, tr, va, te in zip(order, train, val, test):
                 split[k] = {"train": [int(v) for v in tr], "val": [int(v) for v in va], "test": [int(v) for v in te]}
             with open(out.format(seed=seed), "w") as f:
                 json.dump(split, f)
-        given = os.environ.get("PEER_SPLIT")
-        if given:
-            with open(given.format(seed=seed)) as f:
-                split = json.load(f)
-            if len(split) != num_clients:
-                sys.exit(f"PEER_SPLIT {given}: {len(split)} clients, the partition has {num_clients}")
-            train = [list(split[k]["train"]) for k in order]
-            val = [list(split[k]["val"]) for k in order]
-            test = [list(split[k]["test"]) for k in order]
         return dataset, num_clients, train, val, test
 
     return wrapped
