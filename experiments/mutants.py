@@ -968,6 +968,22 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "privfgl/methods/fedlog/model.py", "            h = self.norm(h)\n",
      "            h, protos = self.norm(h), self.norm(protos)\n",
      ["tests/fedlog/test_fedlog.py", "-k", "code_classifier"]),
+    ("PSP1", "FedSpray's projector_start=classifier (the authors' code, preset=code) leaves the local g_p at the "
+     "received g_p", "privfgl/methods/fedspray/run.py",
+     '        if p.projector_start == "classifier":  # the code: its local g_p starts from the received g_c\n',
+     '        if False:\n', ["tests/test_fedspray.py", "-k", "projector_starts"]),
+    ("PSP2", "the FedSpray side-by-side reads the peer's selected round as the last of tied val losses, not the first "
+     "(main.py's strict <)", "experiments/authors_side_by_side_fedspray.py",
+     "if best is None or loss < best[1]:", "if best is None or loss <= best[1]:",
+     ["tests/test_authors_side_by_side_fedspray.py"]),
+    ("PSP3", "the FedSpray side-by-side judges minority accuracy against the authors' mean, not their mean minus one "
+     "std", "experiments/authors_side_by_side_fedspray.py",
+     "floor = statistics.fmean(peer[key]) - statistics.pstdev(peer[key])\n        parts",
+     "floor = statistics.fmean(peer[key]) - (key == 'acc') * statistics.pstdev(peer[key])\n        parts",
+     ["tests/test_authors_side_by_side_fedspray.py"]),
+    ("PSP4", "the peer's partition files written as plain integers, not np.savetxt's %.18e (the repository's format)",
+     "experiments/authors_side_by_side_fedspray.py", 'f"{float(int(v)):.18e}\\n"', 'f"{int(v)}\\n"',
+     ["tests/test_authors_side_by_side_fedspray.py"]),
 ]
 
 

@@ -46,6 +46,7 @@ def test_defaults_follow_the_paper_and_preset_code_sets_the_authors_choices():
     code = resolve_params({"preset": "code"})
     assert (code.lambda1, code.kd_conf_threshold, code.persistent_node_proxies, code.gnn_init,
             code.persistent_encoder_optimizer, code.head_init) == (1.0, 0.7, True, "uniform", True, "fan_out")
+    assert p.projector_start == "projector" and code.projector_start == "classifier"
     assert resolve_params({"preset": "code", "lambda1": "2"}).lambda1 == 2.0  # explicit keys win
     assert resolve_params({"kd_conf_threshold": "none"}).kd_conf_threshold is None
 
@@ -54,6 +55,7 @@ def test_defaults_follow_the_paper_and_preset_code_sets_the_authors_choices():
                                            ({"kd_conf_threshold": 1.5}, "kd_conf_threshold"),
                                            ({"gnn_init": "zeros"}, "gnn_init"), ({"local_epochs": "five"}, "local_epochs"),
                                            ({"head_init": "xavier"}, "head_init"),
+                                           ({"projector_start": "encoder"}, "projector_start"),
                                            ({"persistent_node_proxies": "maybe"}, "persistent_node_proxies"),
                                            ({"preset": "authors"}, "preset"), ({"lamda1": 5}, "lamda1")])
 def test_bad_method_params_name_the_param_and_what_is_valid(params, named):
@@ -229,6 +231,20 @@ def test_labelled_proxies_restart_from_the_global_proxies_each_round_unless_they
             results[persistent, start] = client.local_proxies()
     assert torch.equal(results[False, 0.1], results[False, 3.0])  # paper: s_i = S_{r-1}[y_i] (Alg. 1 line 4)
     assert not torch.allclose(results[True, 0.1], results[True, 3.0])  # code: each node keeps its own
+
+
+@pytest.mark.parametrize("start", ["projector", "classifier"])
+def test_phase2s_projector_starts_from_the_received_projector_or_with_the_code_from_the_received_classifier(sbm, start):
+    _, setup = fedspray(sbm, rounds=1)
+    client, omega, S = local_client(setup, local_epochs=1, projector_start=start)
+    client.phase1(omega, S)
+    client.phase2(S, client.predict())
+    trained = {part: client.encoder_upload()[f"projector.{part}"] / client.n_train for part in ("weight", "bias")}
+    for part in ("weight", "bias"):  # one Adam step moves every entry by at most lr (its first step: lr·sign(g))
+        step = (trained[part] - omega[f"{start}.{part}"].double()).abs().max()
+        assert step <= client.p.lr_encoder * (1 + 1e-3), part
+    other = "classifier" if start == "projector" else "projector"
+    assert (trained["weight"] - omega[f"{other}.weight"].double()).abs().max() > 10 * client.p.lr_encoder
 
 
 @pytest.mark.parametrize("model", ["sage", "sgc"])

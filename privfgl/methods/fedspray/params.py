@@ -16,6 +16,7 @@ Defaults follow the paper where it and the authors' code (`xbfu/FedSpray` d3e591
 | persistent_encoder_optimizer    | false (fresh each round)| true (per-client Adam persists)  |
 | persistent_proxy_optimizer      | true                   | true                              |
 | head_init (g_c, g_p)            | fan_in (not stated; torch) | fan_out (U(±1/√d_c))          |
+| projector_start                 | projector (g_p from ω) | classifier (g_p from ω's g_c)     |
 
 `preset=code` sets every code choice at once. The number of rounds is the run's `--rounds` (paper 300, code 500, the issue's setting 100).
 """
@@ -28,6 +29,7 @@ from privfgl.methods.params import bad_param, resolve
 PROXY_WEIGHTS = ("ratios", "counts")  # Eq. 15: p_j^(k) = n_j^(k) / |V_L^(k)| (paper, code), or n_j^(k)
 HEAD_INITS = ("fan_in", "fan_out")  # g_c/g_p init bound 1/√d_s (torch's Linear) or 1/√d_c (the code's MLPLayer)
 GNN_INITS = ("glorot", "uniform")  # PyG's default initialisation, or the code's uniform_(0, 1)
+PROJECTOR_STARTS = ("projector", "classifier")  # Phase 2's local g_p starts from ω's g_p, or from ω's g_c (code)
 SELECTIONS = ("val_loss", "val_acc")  # model selection: pooled validation loss (code), or weighted val acc
 BACKBONES = ("gcn", "sage", "sgc")  # the paper's backbones
 
@@ -53,13 +55,15 @@ class FedSprayParams:
     persistent_encoder_optimizer: bool = False  # code: one Adam per client for omega across rounds
     persistent_proxy_optimizer: bool = True     # code: one Adam per client for the node proxies
     selection: str = "val_loss"         # see SELECTIONS
+    projector_start: str = "projector"  # see PROJECTOR_STARTS (client.py: classifier2.load_state_dict(classifier...))
 
 
 # `preset=code`: every choice of the authors' code at once (rounds: pass --rounds 500 for full parity).
 PRESETS: dict[str, dict] = {
     "paper": {},
     "code": dict(lambda1=1.0, kd_conf_threshold=0.7, persistent_node_proxies=True, gnn_init="uniform",
-                 persistent_encoder_optimizer=True, persistent_proxy_optimizer=True, head_init="fan_out"),
+                 persistent_encoder_optimizer=True, persistent_proxy_optimizer=True, head_init="fan_out",
+                 projector_start="classifier"),
 }
 
 
@@ -86,6 +90,7 @@ def _check(p: FedSprayParams) -> None:
     need(p.gnn_init in GNN_INITS, "gnn_init", ", ".join(GNN_INITS))
     need(p.head_init in HEAD_INITS, "head_init", ", ".join(HEAD_INITS))
     need(p.selection in SELECTIONS, "selection", ", ".join(SELECTIONS))
+    need(p.projector_start in PROJECTOR_STARTS, "projector_start", ", ".join(PROJECTOR_STARTS))
 
 
 def resolve_params(method_params: dict) -> FedSprayParams:

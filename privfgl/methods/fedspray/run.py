@@ -13,7 +13,8 @@ Phase 1 (GNN): e = g_e(x), q = softmax(g_p(e)); s_i = S_{r-1}[y_i] for labelled 
   L_G = mean_{V_L} CE(y, ŷ) + λ1 · mean_{KD} KL(p || ŷ)                          (Eqs. 5-7)
   with KD = every node (paper) or labelled + unlabelled with max q > kd_conf_threshold (code).
   The tracker evaluates the personalised GNN here (the model FedSpray reports).
-Phase 2 (encoder, proxies): ŷ from the updated GNN, once, detached; ω^(k) = ω_{r-1}; labelled
+Phase 2 (encoder, proxies): ŷ from the updated GNN, once, detached; ω^(k) = ω_{r-1} (the code:
+  with g_p set to ω_{r-1}'s g_c, `projector_start=classifier`); labelled
   proxies s_i = S_{r-1}[y_i] (paper; kept under `persistent_node_proxies`); E Adam steps on
   L_F = mean_{V_L} CE(y, q) + λ2 · mean_{V_L} KL(ŷ || softmax(g_c(e + s_i)))       (Eqs. 11-13)
   on ω^(k) and the s_i (g_e, g_c, g_p act row by row and L_F reads labelled rows only, so the
@@ -132,6 +133,10 @@ class FedSprayClient:
         """E steps of Eq. 11 on the encoder copy (already ω_{r-1}) and the labelled proxies."""
         p = self.p
         target = gnn_logits[self.L].log_softmax(-1)
+        if p.projector_start == "classifier":  # the code: its local g_p starts from the received g_c
+            with torch.no_grad():
+                for part in ("weight", "bias"):
+                    self.omega[f"projector.{part}"].copy_(self.omega[f"classifier.{part}"])
         if not p.persistent_node_proxies:
             with torch.no_grad():
                 self.node_proxy.copy_(S[self.yL])
