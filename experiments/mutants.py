@@ -917,6 +917,12 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      "upload[b].shape for b in BLOCKS}, source.for_client(k), share)",
      "upload[b].shape for b in BLOCKS}, source, share)",
      ["tests/test_ray.py", "-k", "opfgl_draws"]),
+    ("FR1", "a sweep cell's own seeds ignored: an audit meant for seed 0 runs (and is averaged) at every seed",
+     "privfgl/sweep/config.py", "if c.seeds is None or s in c.seeds))", "))",
+     ["tests/test_sweep.py", "-k", "own_seeds"]),
+    ("FR2", "a plot's where list compared as one value: a panel keeps none of its cells (or the wrong ones)",
+     "privfgl/sweep/report.py", "for v in (value if isinstance(value, tuple) else (value,)))",
+     "for v in (value,))", ["tests/test_sweep.py", "-k", "where_list"]),
 ]
 
 
