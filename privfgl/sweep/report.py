@@ -240,12 +240,12 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     """The sweep's [[plots]] as PNGs in its results folder."""
     from privfgl import plots
     written, every = [], summary
-    seeds = len(sweep.seeds)
-    note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}"
     label = lambda column: sweep.headers.get(column) or axis_label(column)
     for spec in sweep.plots:
         path = sweep.results / spec.file
         summary = [s for s in every if matches(s, spec.where)]
+        seeds = max((s.get("seeds", len(sweep.seeds)) for s in summary), default=len(sweep.seeds))  # own seeds
+        note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}" if seeds > 1 else "one seed"
         if spec.kind == "line":
             check_line_x(spec, [s.get(spec.x) for s in summary])
         if spec.kind == "bars":
