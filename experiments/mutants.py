@@ -984,6 +984,12 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("PSP4", "the peer's partition files written as plain integers, not np.savetxt's %.18e (the repository's format)",
      "experiments/authors_side_by_side_fedspray.py", 'f"{float(int(v)):.18e}\\n"', 'f"{int(v)}\\n"',
      ["tests/test_authors_side_by_side_fedspray.py"]),
+    ("FR1", "a sweep cell's own seeds ignored: an audit meant for seed 0 runs (and is averaged) at every seed",
+     "privfgl/sweep/config.py", "if c.seeds is None or s in c.seeds))", "))",
+     ["tests/test_sweep.py", "-k", "own_seeds"]),
+    ("FR2", "a plot's where list compared as one value: a panel keeps none of its cells (or the wrong ones)",
+     "privfgl/sweep/report.py", "for v in (value if isinstance(value, tuple) else (value,)))",
+     "for v in (value,))", ["tests/test_sweep.py", "-k", "where_list"]),
 ]
 
 

@@ -614,3 +614,48 @@ dashed = { method = "fedavg" }
     assert list(lines["fedavg"].x) == [10.0, 1000.0] and lines["fedavg"].linestyle == "--"
     with pytest.raises(ConfigError, match="plot cora.png: where must be a table of column = value"):
         load_sweep(write(tmp_path, SMALL + '\n[[plots]]\nfile = "cora.png"\ny = "test_acc"\nwhere = "sbm-cora"\n'))
+
+
+def test_a_cell_with_its_own_seeds_runs_only_at_those_of_the_sweeps(tmp_path):
+    text = """
+[sweep]
+seeds = [0, 1, 2]
+[base]
+method = "fedavg"
+[[cells]]
+label = "accuracy"
+[[cells]]
+label = "audit"
+rounds = 3
+seeds = [0]
+"""
+    sweep = load_sweep(write(tmp_path, text))
+    assert [(c.name, s) for c, s in sweep.tasks] == [("accuracy", 0), ("accuracy", 1), ("accuracy", 2), ("audit", 0)]
+    assert [c.name for c, _ in load_sweep(write(tmp_path, text), seeds=[1, 2]).tasks] == ["accuracy", "accuracy"]
+    plain = load_sweep(write(tmp_path, text.replace("seeds = [0]\n", "")))
+    assert sweep.cells[1].key == plain.cells[1].key  # a cell's seeds say when it runs, not what runs
+    with pytest.raises(ConfigError, match="cell 'audit': seeds must be a non-empty list of integers"):
+        load_sweep(write(tmp_path, text.replace("seeds = [0]\n", "seeds = 0\n")))
+
+
+def test_a_where_list_keeps_any_of_its_values_and_a_cells_name_is_one_series(tmp_path, monkeypatch):
+    from privfgl import plots
+    from privfgl.sweep.report import draw
+    drawn = {}
+    monkeypatch.setattr(plots, "line_plot", lambda series, path, **kw: drawn.setdefault(path.name, (series, kw)))
+    sweep = load_sweep(write(tmp_path, SMALL + """
+[[plots]]
+file = "edge.png"
+kind = "line"
+x = "target_epsilon"
+y = "test_acc"
+series = ["name"]
+where = { dataset = "cora", name = ["GAP, edge level", "FedAvg GCN"] }
+"""))
+    row = lambda name, eps, acc, dataset="cora": dict(cell=f"{name}, {eps}, {dataset}", name=name, dataset=dataset,
+                                                     target_epsilon=eps, test_acc=acc)
+    draw(sweep, [row("GAP, edge level", 1.0, 0.6), row("GAP, edge level", 8.0, 0.7), row("GAP, node level", 8.0, 0.3),
+                 row("FedAvg GCN", None, 0.8), row("GAP, edge level", 8.0, 0.1, "citeseer")])
+    series, kw = drawn["edge.png"]
+    assert [(s.label, list(s.x), list(s.y)) for s in series] == [("GAP, edge level", [1.0, 8.0], [0.6, 0.7])]
+    assert [(r.label, r.y, r.linestyle) for r in kw["references"]] == [("FedAvg GCN, None, cora", 0.8, "--")]

@@ -21,6 +21,8 @@
     label = "FedAvg, no DP"             # `label` names the cell in tables and plots
     method = "fedavg"
     grid = { rounds = [10, 30] }        # a grid of this cell's own (optional)
+    seeds = [0]                         # optional: the cell runs only at these of the sweep's seeds
+                                        #   (e.g. an audit at one seed beside accuracy at three)
 
     [[plots]]                           # see report.py: kind = "bars" | "line"
     file = "accuracy-vs-epsilon.png"
@@ -66,9 +68,13 @@ ENVIRONMENT_OPTIONS = ("data_root", "download", "progress", "threads", "allocato
 
 @dataclass(frozen=True)
 class Cell:
-    """One setting of the grid: `options` (run options + SWEEP_OPTIONS), run once per seed."""
+    """One setting of the grid: `options` (run options + SWEEP_OPTIONS), run once per seed. `name` is the
+    [[cells]] entry's own label (the same for every grid point of the entry: a line plot's series);
+    `seeds`, where set, the only seeds of the sweep's this cell runs at. Neither is part of the key."""
     label: str
     options: dict
+    name: str = ""
+    seeds: tuple[int, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -104,7 +110,7 @@ class PlotSpec:
     ylabel: str = ""
     logy: bool = False
     diagonal: bool = False         # line: the line y = x, dashed (e.g. an audited ε against the accountant's)
-    where: tuple = ()              # ((column, value), ...): only the cells with these values (e.g. one dataset)
+    where: tuple = ()              # ((column, value or tuple of values), ...): only the cells with these values
     dashed: tuple = ()             # line: ((column, value), ...): the series of cells with these values are dashed
 
 
@@ -124,7 +130,8 @@ class Sweep:
     tasks: tuple[tuple[Cell, int], ...] = field(init=False, default=())
 
     def __post_init__(self):
-        object.__setattr__(self, "tasks", tuple((c, s) for c in self.cells for s in self.seeds))
+        object.__setattr__(self, "tasks", tuple((c, s) for c in self.cells for s in self.seeds
+                                                if c.seeds is None or s in c.seeds))
 
 
 def _label(options: dict, grid_keys: list[str], explicit: str | None) -> str:
@@ -224,6 +231,11 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
             raise ConfigError(f"sweep config {path}: cell {label!r}: paper must map columns to published numbers, "
                               f"e.g. paper = {{ test_acc = 0.7643 }}; got {paper!r}")
         own = spec.pop("grid", {})
+        own_seeds = spec.pop("seeds", None)
+        if own_seeds is not None and (not isinstance(own_seeds, list) or not own_seeds or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in own_seeds)):
+            raise ConfigError(f"sweep config {path}: cell {label!r}: seeds must be a non-empty list of integers "
+                              f"(the sweep's seeds this cell runs at), got {own_seeds!r}")
         if not isinstance(own, dict) or any(not isinstance(v, list) or not v for v in own.values()):
             raise ConfigError(f"sweep config {path}: cell {label!r}: grid must map options to non-empty lists")
         axes = {**own, **grid}
@@ -233,7 +245,8 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
                 options["partition"] = resolve_partition(options["partition"], path.parent)
             if "split_file" in options:
                 options["split_file"] = resolve_split_file(options["split_file"], path.parent)
-            cell = Cell(_label(options, list(axes), label), options)
+            cell = Cell(_label(options, list(axes), label), options, name=label or "",
+                        seeds=None if own_seeds is None else tuple(own_seeds))
             if cell.key in seen:
                 raise ConfigError(f"sweep config {path}: two cells have the same options ({cell.label})")
             if cell.label in labels:
@@ -270,9 +283,10 @@ def _plot(path: Path, p: dict) -> PlotSpec:
         if not isinstance(p.get(key, {}), dict):
             raise ConfigError(f"sweep config {path}: plot {p['file']}: {key} must be a table of column = value, "
                               f"got {p[key]!r}")
+    where = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in p.get("where", {}).items())
     return PlotSpec(file=p["file"], kind=kind, y=as_tuple(p["y"]), x=p.get("x"),
                     series=as_tuple(p.get("series", ())), logx=bool(p.get("logx", False)),
                     missing_x=p.get("missing_x", "reference"),
                     title=p.get("title", ""), xlabel=p.get("xlabel", ""), ylabel=p.get("ylabel", ""),
                     logy=bool(p.get("logy", False)), diagonal=bool(p.get("diagonal", False)),
-                    where=tuple(p.get("where", {}).items()), dashed=tuple(p.get("dashed", {}).items()))
+                    where=where, dashed=tuple(p.get("dashed", {}).items()))

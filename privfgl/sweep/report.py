@@ -120,6 +120,7 @@ def collect(sweep: Sweep) -> list[dict]:
         if path.is_file():
             row = record_row(json.loads(path.read_text()), tuple(c for c in sweep.columns if c.startswith(RECORD_BLOCKS)))
             row.update({f"paper:{k}": v for k, v in (cell.options.get("paper") or {}).items()})  # as configured now
+            row["name"] = cell.name  # the [[cells]] entry's label: one line plot series per entry
             rows.append(row)
     return rows
 
@@ -239,12 +240,12 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
     """The sweep's [[plots]] as PNGs in its results folder."""
     from privfgl import plots
     written, every = [], summary
-    seeds = len(sweep.seeds)
-    note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}"
     label = lambda column: sweep.headers.get(column) or axis_label(column)
     for spec in sweep.plots:
         path = sweep.results / spec.file
         summary = [s for s in every if matches(s, spec.where)]
+        seeds = max((s.get("seeds", len(sweep.seeds)) for s in summary), default=len(sweep.seeds))  # own seeds
+        note = f"mean ± std over {seeds} seed{'s' * (seeds > 1)}" if seeds > 1 else "one seed"
         if spec.kind == "line":
             check_line_x(spec, [s.get(spec.x) for s in summary])
         if spec.kind == "bars":
@@ -261,9 +262,11 @@ def draw(sweep: Sweep, summary: list[dict]) -> list[Path]:
 
 
 def matches(row: dict, pairs) -> bool:
-    """Whether the summary row has every (column, value) of `pairs` (compared as text: 8 matches 8.0)."""
+    """Whether the summary row has every (column, value) of `pairs` (compared as text: 8 matches 8.0); a
+    tuple of values matches any of them (e.g. the cells of one panel by their `name`)."""
     same = lambda a, b: a == b or (_is_number(a) and _is_number(b) and float(a) == float(b)) or str(a) == str(b)
-    return all(same(row.get(column), value) for column, value in pairs)
+    return all(any(same(row.get(column), v) for v in (value if isinstance(value, tuple) else (value,)))
+               for column, value in pairs)
 
 
 MARKERS = ("o", "s", "^", "D", "v")  # a line plot with several y and series: one marker and style per series value

@@ -251,7 +251,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, progress: bool = True, ray: str | Non
         from privfgl.sweep.ray_tasks import connect
         connect(ray)  # first: an address Ray cannot join is one line, before anything else is printed
     done = len(sweep.tasks) - len(todo)
-    print(f"sweep {sweep.name}: {len(sweep.cells)} cells x {len(sweep.seeds)} seeds = {len(sweep.tasks)} runs; "
+    own = " (some cells at fewer: their own seeds)" if any(c.seeds is not None for c in sweep.cells) else ""
+    print(f"sweep {sweep.name}: {len(sweep.cells)} cells x {len(sweep.seeds)} seeds{own} = {len(sweep.tasks)} runs; "
           f"{done} already recorded in {sweep.results}, {len(todo)} to run", file=sys.stderr)
     failures: list[str] = []
     bar = tqdm(total=len(todo), desc=f"sweep {sweep.name}", unit="run", disable=not progress or not todo)
