@@ -636,6 +636,8 @@ seeds = [0]
     assert sweep.cells[1].key == plain.cells[1].key  # a cell's seeds say when it runs, not what runs
     with pytest.raises(ConfigError, match="cell 'audit': seeds must be a non-empty list of integers"):
         load_sweep(write(tmp_path, text.replace("seeds = [0]\n", "seeds = 0\n")))
+    with pytest.raises(ConfigError, match=r"cell 'audit': seeds \[0, 7\] are not all among \[sweep\] seeds"):
+        load_sweep(write(tmp_path, text.replace("seeds = [0]\n", "seeds = [0, 7]\n")))  # 7 would be skipped
 
 
 def test_a_where_list_keeps_any_of_its_values_and_a_cells_name_is_one_series(tmp_path, monkeypatch):

@@ -236,6 +236,9 @@ def load_sweep(path: str | Path, results: str | Path | None = None, overrides: d
                 isinstance(x, int) and not isinstance(x, bool) for x in own_seeds)):
             raise ConfigError(f"sweep config {path}: cell {label!r}: seeds must be a non-empty list of integers "
                               f"(the sweep's seeds this cell runs at), got {own_seeds!r}")
+        if own_seeds is not None and not set(own_seeds) <= set(head.get("seeds", [0])):
+            raise ConfigError(f"sweep config {path}: cell {label!r}: seeds {own_seeds} are not all among [sweep] "
+                              f"seeds {head.get('seeds', [0])}: the cell would skip them")
         if not isinstance(own, dict) or any(not isinstance(v, list) or not v for v in own.values()):
             raise ConfigError(f"sweep config {path}: cell {label!r}: grid must map options to non-empty lists")
         axes = {**own, **grid}
