@@ -90,6 +90,20 @@ def test_a_cell_key_changes_with_what_runs_not_with_where():
     assert Cell("x", {"method": "fedavg", "rounds": 3}).key != a.key
 
 
+def test_a_cell_key_changes_with_the_contents_of_a_methods_input_file(tmp_path):
+    """FedGPL's samples=file:PATH (or trunk=): an edited file is a new cell, never a stale record."""
+    import os
+    from privfgl.sweep.config import Cell
+    samples = tmp_path / "samples.pt"
+    samples.write_bytes(b"first")
+    cell = lambda: Cell("x", {"method": "fedgpl", "method_params": {"samples": f"file:{samples}"}})
+    before = cell().key
+    assert cell().key == before
+    samples.write_bytes(b"other")
+    os.utime(samples, ns=(1, 1))  # a new modification time: the digest is remembered per (path, time, size)
+    assert cell().key != before
+
+
 @pytest.mark.parametrize("text, message", [
     ("[sweep]\nseeds = []\n", "seeds must be a non-empty list"),
     ("[grid]\nrounds = 3\n", "[grid] rounds must be a non-empty list"),

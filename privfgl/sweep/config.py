@@ -42,14 +42,17 @@ parameter ("method_params.dp_epsilon"); `{target_epsilon}` in an option becomes 
 method parameter becomes the cell's seed (seeded noise: reproducible, and removable by whoever
 knows the seed, as the record's `seed_warning` says). `partition = "file:PATH"`: a relative PATH is
 taken from the sweep file's folder, and the file's SHA-256 is part of the cell's key (an edited
-partition file is a new cell); `split_file = "PATH"` likewise.
+partition file is a new cell); `split_file = "PATH"` likewise, and so does a method parameter
+`file:PATH` (FedGPL's `samples`, `trunk`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -91,9 +94,27 @@ class Cell:
                 identity["split_sha256"] = split_sha256(self.options["split_file"])
             except ValueError:  # missing: RunConfig.validate names it before anything runs
                 pass
+        files = {name: value for name, value in (self.options.get("method_params") or {}).items()
+                 if isinstance(value, str) and value.startswith("file:") and os.path.isfile(value[len("file:"):])}
+        if files:  # a method's input file (FedGPL's samples=, trunk=): an edited file is a new cell
+            identity["method_file_sha256"] = {name: _file_digest(value[len("file:"):], *_stamp(value[len("file:"):]))
+                                              for name, value in files.items()}
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
         slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", self.label).strip("_")[:60]
         return f"{slug}-{digest}"
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    """SHA-256 of a file's bytes, remembered while its modification time and size stay the same (a
+    samples file can be hundreds of MB, and a sweep asks for a cell's key many times)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)
