@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiments.side_by_side import peer_parser  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 SEEDS = (0, 1, 2)
@@ -273,12 +274,7 @@ def collect(args, cells: list[str], stages: list[str]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", type=Path, default=Path("/tmp/peer-gpl/venv/bin/python"))
-    ap.add_argument("--peer-src", type=Path, default=Path("/tmp/peer-gpl/src"))
-    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-gpl/side"))
-    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
-    ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    ap = peer_parser(__doc__, "gpl", CELLS, STAGES)
     ap.add_argument("--table-only", action="store_true", help="run nothing; tabulate the runs already in --work")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
     args = ap.parse_args()

@@ -32,7 +32,6 @@ seconds <= theirs).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -47,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiments.side_by_side import peer_parser  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer", "privfgl")
@@ -315,12 +315,7 @@ def ablation_table(results: dict) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", type=Path, default=Path("/tmp/peer-log/venv/bin/python"))
-    ap.add_argument("--peer-src", type=Path, default=Path("/tmp/peer-log/src"))
-    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-log/side"))
-    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
-    ap.add_argument("--stages", nargs="+", choices=STAGES, default=["peer", "privfgl"])
+    ap = peer_parser(__doc__, "log", CELLS, STAGES, ["peer", "privfgl"])
     ap.add_argument("--seeds", nargs="+", type=int, choices=SEEDS, default=list(SEEDS))
     ap.add_argument("--budget", type=lambda v: tuple(int(x) for x in v.split(",")), default=FULL,
                     metavar="ROUNDS,GEN_EPOCHS", help="a smaller budget on both sides (their --rounds and "

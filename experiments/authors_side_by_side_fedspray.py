@@ -34,7 +34,6 @@ one std (accuracy and minority accuracy), and wall time <= theirs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiments.side_by_side import peer_parser  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer", "privfgl", "privfgl-projector", "privfgl-paper", "privfgl-own")
@@ -256,12 +256,7 @@ def _sha(path: Path) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", type=Path, default=Path("/tmp/peer-spray/venv/bin/python"))
-    ap.add_argument("--peer-src", type=Path, default=Path("/tmp/peer-spray/src"))
-    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-spray/side"))
-    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
-    ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    ap = peer_parser(__doc__, "spray", CELLS, STAGES)
     ap.add_argument("--rounds", type=int, default=AUTHORS_ROUNDS,
                     help="rounds on both sides (default 500, main.py's; the peer gets PEER_ROUNDS)")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")

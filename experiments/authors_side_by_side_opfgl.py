@@ -32,7 +32,6 @@ experiments/peers/opfgl_main.py says.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiments.side_by_side import peer_parser  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer-own", "peer-privfgl", "peer-privfgl-psplit", "privfgl-peer", "privfgl-own", "privfgl-peer-split",
@@ -312,12 +312,7 @@ def table(results: dict, work: Path) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", type=Path, default=Path("/tmp/peer-opfgl/venv/bin/python"))
-    ap.add_argument("--peer-src", type=Path, default=Path("/tmp/peer-opfgl/src"))
-    ap.add_argument("--work", type=Path, default=Path("/tmp/peer-opfgl/side"))
-    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
-    ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    ap = peer_parser(__doc__, "opfgl", CELLS, STAGES)
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
     ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "STAGE", "LOG"),
                     help="take a peer stage's result from the log of a run made by hand with experiments/peers/"

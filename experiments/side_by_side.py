@@ -1,0 +1,17 @@
+"""What the authors_side_by_side_*.py scripts share: their command line's peer options."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def peer_parser(doc: str, peer: str, cells, stages, default_stages=None) -> argparse.ArgumentParser:
+    """--peer-python, --peer-src and --work (the peer's venv, checkout and run folder, by default under
+    /tmp/peer-PEER), --cells and --stages; the script adds its own options."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--peer-python", type=Path, default=Path(f"/tmp/peer-{peer}/venv/bin/python"))
+    ap.add_argument("--peer-src", type=Path, default=Path(f"/tmp/peer-{peer}/src"))
+    ap.add_argument("--work", type=Path, default=Path(f"/tmp/peer-{peer}/side"))
+    ap.add_argument("--cells", nargs="+", choices=list(cells), default=list(cells))
+    ap.add_argument("--stages", nargs="+", choices=list(stages), default=list(default_stages or stages))
+    return ap
