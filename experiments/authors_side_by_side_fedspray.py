@@ -48,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser  # noqa: E402
+from experiments.side_by_side import peer_parser, save_result  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer", "privfgl", "privfgl-projector", "privfgl-paper", "privfgl-own")
@@ -265,12 +265,6 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.work / f"results-r{args.rounds}.json"
 
-    def save(cell: str, stage: str, result: dict) -> dict:
-        merged = json.loads(store.read_text()) if store.is_file() else {}  # another call may run other cells
-        merged.setdefault(cell, {})[stage] = result
-        store.write_text(json.dumps(merged, indent=1))
-        return merged
-
     results = json.loads(store.read_text()) if store.is_file() else {}
     for cell in args.cells:
         prepare(args.work, cell)
@@ -283,7 +277,7 @@ def main() -> int:
                                  "first (it writes the authors' splits)")
             result = (run_peer(args, args.work, cell) if stage == "peer"
                       else run_privfgl(args.work, cell, stage, args.rounds))
-            results = save(cell, stage, result)
+            results = save_result(store, cell, stage, result)
             print(cell, stage, {k: [round(v, 2) if isinstance(v, float) else v for v in vals]
                                 for k, vals in result.items()}, flush=True)
     write_block(args.out, TAG, table(results, args.work, args.rounds), title="Side by side with the authors' code")

@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser  # noqa: E402
+from experiments.side_by_side import peer_parser, save_result  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer-own", "peer-privfgl", "peer-privfgl-psplit", "privfgl-peer", "privfgl-own", "privfgl-peer-split",
@@ -324,25 +324,19 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.work / "results.json"
 
-    def save(cell: str, stage: str, result: dict) -> dict:
-        merged = json.loads(store.read_text()) if store.is_file() else {}  # another call may run other cells
-        merged.setdefault(cell, {})[stage] = result
-        store.write_text(json.dumps(merged, indent=1))
-        return merged
-
     results = json.loads(store.read_text()) if store.is_file() else {}
     if args.peer_log:
         cell, stage, log = args.peer_log
-        results = save(cell, stage, parse_peer_log(Path(log).read_text()))
+        results = save_result(store, cell, stage, parse_peer_log(Path(log).read_text()))
     if args.privfgl_from:
         cell, stage, path, key = args.privfgl_from
         per_seed = json.loads(Path(path).read_text())[key]
-        results = save(cell, stage, {k: [per_seed[str(s)][k] for s in SEEDS] for k in ("acc", "f1", "seconds")})
+        results = save_result(store, cell, stage, {k: [per_seed[str(s)][k] for s in SEEDS] for k in ("acc", "f1", "seconds")})
     for cell in args.cells:
         for stage in args.stages:
             if stage in results.get(cell, {}):
                 continue
-            results = save(cell, stage, run_stage(args, args.work, cell, stage))
+            results = save_result(store, cell, stage, run_stage(args, args.work, cell, stage))
             print(cell, stage, {k: [round(v, 2) for v in vals] for k, vals in results[cell][stage].items()},
                   flush=True)
     write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")

@@ -1,7 +1,9 @@
-"""What the authors_side_by_side_*.py scripts share: their command line's peer options."""
+"""What the authors_side_by_side_*.py scripts share: their command line's peer options, and their results
+file (cell -> stage -> result, JSON)."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -15,3 +17,12 @@ def peer_parser(doc: str, peer: str, cells, stages, default_stages=None) -> argp
     ap.add_argument("--cells", nargs="+", choices=list(cells), default=list(cells))
     ap.add_argument("--stages", nargs="+", choices=list(stages), default=list(default_stages or stages))
     return ap
+
+
+def save_result(store: Path, cell: str, stage: str, result: dict) -> dict:
+    """Add one stage's result to the results file `store`, re-read first (another call may have run other
+    cells); returns the whole file's results."""
+    merged = json.loads(store.read_text()) if store.is_file() else {}
+    merged.setdefault(cell, {})[stage] = result
+    store.write_text(json.dumps(merged, indent=1))
+    return merged

@@ -1,8 +1,7 @@
 """experiments/authors_side_by_side_opfgl.py: each cell runs the authors' run_main.sh line against the
 privfgl preset with the same settings; the peer's log is read run by run; the target is judged as the
 issue states it."""
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    sys.path.insert(0, str(REPO / "experiments"))
-    spec = importlib.util.spec_from_file_location("authors_side_by_side_opfgl",
-                                                  REPO / "experiments" / "authors_side_by_side_opfgl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.authors_side_by_side_opfgl")
 
 
 # the authors' main.py flag -> (privfgl's key, main.py's argparse default)

@@ -1,20 +1,14 @@
 """experiments/authors_side_by_side_fedgpl.py: the peer's log is read as the authors' code selects (the best
 task-mean ACC over epochs), privfgl's record as its configuration selects, and the target is the issue's rule.
 No peer runs here."""
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("authors_side_by_side_fedgpl",
-                                                  REPO / "experiments" / "authors_side_by_side_fedgpl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.authors_side_by_side_fedgpl")
 
 
 LOG = "\n".join(["PEER_RUN_START 0 100.0", "PEER_SAMPLES_SHA abc",

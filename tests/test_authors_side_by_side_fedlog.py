@@ -1,9 +1,8 @@
 """experiments/authors_side_by_side_fedlog.py: the authors' flags and constants map onto privfgl's fedlog
 defaults; the exported clients give privfgl the same clients and split as its own closed regime; the
 peer's log is read run by run; the target is judged as the issue states it."""
-import importlib.util
+import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("authors_side_by_side_fedlog",
-                                                  REPO / "experiments" / "authors_side_by_side_fedlog.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.authors_side_by_side_fedlog")
 
 
 def test_every_authors_flag_maps_to_privfgls_default_with_the_authors_value():

@@ -1,6 +1,7 @@
 """experiments/authors_side_by_side_fedspray.py: privfgl runs the authors' main.py settings, both sides read
 the same partition files (the repository's format) and the authors' split of each seed, the peer's log
 is read run by run, and the target is judged as the issue states it. No peer is needed."""
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ def _load(name: str, path: Path):
 
 @pytest.fixture(scope="module")
 def script():
-    return _load("authors_side_by_side_fedspray", REPO / "experiments" / "authors_side_by_side_fedspray.py")
+    return importlib.import_module("experiments.authors_side_by_side_fedspray")
 
 
 @pytest.fixture(scope="module")
