@@ -7,8 +7,8 @@ own masks) read the released edges. Unit: one undirected edge of a client's grap
 δ = 0. Everything after the release is post-processing of it and of the client's features and labels,
 which edge-level DP does not protect. An auditor (attacks/dp/lapgraph_audit.py) may set
 `setup.extras["lapgraph_canaries"]`: that client's noisy canary entries are then sent to the server
-("lapgraph_release"), a disclosure made only in an audit. The clients run in this process (the FedAvg
-trainers take their released graphs).
+("lapgraph_release"), a disclosure made only in an audit. In process the FedAvg trainers are built on the
+released graphs; on Ray actors (`--engine ray`) each actor's trainers take its clients' state["graph"].
 """
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def _release(k: int, state: dict, data, p: LapGraphParams, source: NoiseSource, 
     return {"canary_entries": out.canaries} if audited else None
 
 
+def _size(k: int, state: dict, data) -> int:
+    """Client k's node count (public: a size)."""
+    return int(data.num_nodes)
+
+
 def check_sizes(p: LapGraphParams, sizes: list[int]) -> None:
     """ConfigError (one line) when a client's dense n×n matrix exceeds max_nodes."""
     if max(sizes) > p.max_nodes:
@@ -66,12 +71,14 @@ def check_sizes(p: LapGraphParams, sizes: list[int]) -> None:
 
 
 def run_lapgraph(setup: Setup) -> None:
-    """Each client's release (in this process), then FedAvg on the released graphs."""
+    """Each client's release where the client is, then FedAvg on the released graphs."""
     p = resolve_params(setup.method.params)
-    check_sizes(p, [int(c.num_nodes) for c in setup.clients])
+    clients = setup.steps()
+    check_sizes(p, list(clients.each(_size).values()))
     source = NoiseSource.from_setting(p.noise_seed)
     setup.extras["dp"] = LapGraphReport(p, source)
-    clients = setup.steps()
     with setup.federation.timer.phase("dp_release"):
         clients.messages(setup.federation, 0, MESSAGE, _release, p, source, setup.extras.get("lapgraph_canaries"))
-    run_fedavg(replace(setup, clients=[state["graph"] for state in clients.states]))
+    if setup.remote is None:
+        setup = replace(setup, clients=[state["graph"] for state in clients.states])
+    run_fedavg(setup)
