@@ -990,6 +990,21 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("FR2", "a plot's where list compared as one value: a panel keeps none of its cells (or the wrong ones)",
      "privfgl/sweep/report.py", "for v in (value if isinstance(value, tuple) else (value,)))",
      "for v in (value,))", ["tests/test_sweep.py", "-k", "where_list"]),
+    ("LPG1", "LapGraph's entry noise at half its scale, 1/(2ε_entries): the entries are 2ε_entries-DP",
+     "privfgl/methods/lapgraph/release.py", "source.laplace(values.shape, 1.0 / p.epsilon_entries)",
+     "source.laplace(values.shape, 0.5 / p.epsilon_entries)",
+     ["tests/lapgraph/test_lapgraph_audit.py", "-k", "stays_under"]),
+    ("LPG2", "LapGraph's edge count not charged: the entries spend the whole ε and the count's ε comes on top",
+     "privfgl/methods/lapgraph/params.py", "return self.epsilon - self.epsilon_count", "return self.epsilon",
+     ["tests/lapgraph/test_lapgraph_runs.py", "-k", "record_gives"]),
+    ("LPG3", "LapGraph selects the true edge count, not the noisy one (|E| released without noise)",
+     "privfgl/methods/lapgraph/release.py",
+     "count = float(entries.sum()) + float(source.laplace((1,), 1.0 / p.epsilon_count)[0])",
+     "count = float(entries.sum()) + 0 * float(source.laplace((1,), 1.0 / p.epsilon_count)[0])",
+     ["tests/lapgraph/test_lapgraph_mechanism.py", "-k", "top_count"]),
+    ("LPG4", "LapGraph trains on the true graph instead of the released one",
+     "privfgl/methods/lapgraph/run.py", "    graph.edge_index = out.edge_index\n", "",
+     ["tests/lapgraph/test_lapgraph_runs.py", "-k", "released_graph"]),
 ]
 
 

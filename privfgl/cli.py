@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # Start-up (issue #21): this module imports neither torch nor torch_geometric; a command imports what
 # it runs. The method names for --help, kept equal to privfgl.methods.METHODS by tests/test_startup.py.
 METHOD_NAMES = ("local", "fedavg", "fedprox", "opfgl", "dp-fedavg", "dp-sgd", "fedspray", "fedomd", "fedgpl",
-                "fedlog", "gap")
+                "fedlog", "gap", "lapgraph")
 
 
 def _run_fields() -> list[str]:

@@ -332,6 +332,7 @@ STEP_METHODS = {
                "protocol": "secagg"},
     "opfgl": {"rounds": 1, "method_params": {"condense_iters": 100, "max_iters": 200, "eval_every": 50},
               "protocol": "secagg"},
+    "lapgraph": {"method_params": {"seed": 5, "rank": 4}, "protocol": "secagg"},  # each actor trains on the release
 }
 
 

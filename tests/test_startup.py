@@ -34,7 +34,7 @@ def loaded_after(statements: str, env: dict | None = None) -> list[str]:
     "import privfgl",
     "import privfgl.cli",
     "import privfgl.data\nfrom privfgl.data import DataError, DatasetUnavailable",
-    "from privfgl.methods import METHODS\nassert 'fedavg' in METHODS and len(METHODS) == 11",
+    "from privfgl.methods import METHODS\nassert 'fedavg' in METHODS and len(METHODS) == 12",
 ])
 def test_light_imports_load_no_heavy_library(statements):
     assert loaded_after(statements) == []

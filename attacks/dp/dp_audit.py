@@ -8,6 +8,7 @@ inserts the canaries suited to its DP unit and scores them with attacks/dp/estim
 - Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
 - O-pFGL's DP class statistics (`dp_epsilon=...`): canary nodes, attacks/dp/opfgl_audit.py.
 - GAP's noisy hop aggregations (`--method gap`): canary edges, attacks/dp/gap_audit.py.
+- LapGraph's noisy adjacency (`--method lapgraph`): canary pairs, attacks/dp/lapgraph_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
 builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
@@ -20,6 +21,7 @@ import inspect
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
 from attacks.dp.gap_audit import CanaryEdgeAudit
+from attacks.dp.lapgraph_audit import CanaryPairAudit
 from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.dp.opfgl_audit import CanaryNodeAudit
 from attacks.dp.params import confidence_level
@@ -29,10 +31,10 @@ from attacks.view import AdversaryView
 
 # the first that fits a run is used: the generic message-DP design last
 DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit, CanaryNodeAudit,
-                                     CanaryEdgeAudit, CanaryContributionAudit)
+                                     CanaryEdgeAudit, CanaryPairAudit, CanaryContributionAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
              "with --dp laplace|gaussian:...,on=m1|m2|m3|m4|split; --method opfgl with dp_epsilon and "
-             "dp_mode=distributed; --method gap (hops >= 1); any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
+             "dp_mode=distributed; --method gap (hops >= 1); --method lapgraph; any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
 
 
 def design_keys(design: type[Attack]) -> set[str]:

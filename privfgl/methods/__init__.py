@@ -22,6 +22,7 @@ _METHOD_FUNCTIONS: dict[str, tuple[str, str]] = {
     "fedgpl": ("privfgl.methods.fedgpl", "run_fedgpl"),
     "fedlog": ("privfgl.methods.fedlog.run", "run_fedlog"),
     "gap": ("privfgl.methods.gap.run", "run_gap"),
+    "lapgraph": ("privfgl.methods.lapgraph.run", "run_lapgraph"),
 }
 
 
@@ -64,4 +65,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["METHODS", "MethodConfig", "Setup", "run_dp_fedavg", "run_dp_sgd", "run_fedavg", "run_fedgpl", "run_fedlog",
-           "run_fedomd", "run_fedprox", "run_fedspray", "run_gap", "run_local", "run_opfgl"]
+           "run_fedomd", "run_fedprox", "run_fedspray", "run_gap", "run_lapgraph", "run_local", "run_opfgl"]

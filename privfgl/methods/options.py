@@ -86,6 +86,7 @@ UNUSED: dict[str, dict[str, str]] = {
             "model": "gap trains its own encoder and classifier MLPs on its cached aggregations",
             "layers": _own("encoder_layers (and hops for the aggregation)"),
             "engine": _LOOP},
+    "lapgraph": {"mu": _PROX},
 }
 
 

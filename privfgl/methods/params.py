@@ -82,7 +82,8 @@ RESOLVERS = {"opfgl": ("privfgl.methods.opfgl.params", "resolve_params"),
              "fedlog": ("privfgl.methods.fedlog.params", "resolve_params"),
              "dp-fedavg": ("privfgl.methods.dp_fedavg", "dp_fedavg_params"),
              "dp-sgd": ("privfgl.methods.dp_sgd", "dp_sgd_params"),
-             "gap": ("privfgl.methods.gap.params", "resolve_params")}
+             "gap": ("privfgl.methods.gap.params", "resolve_params"),
+             "lapgraph": ("privfgl.methods.lapgraph.params", "resolve_params")}
 
 
 def resolve_method_params(method: str, method_params: dict):

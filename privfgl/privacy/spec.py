@@ -202,6 +202,10 @@ def check_dp_for_run(text: str | None, method: str, protocol: str, run_seed: int
         if text is not None:
             raise DPSpecError("--dp does not apply to gap: its noise is set by --method-param epsilon=,delta=,hops=")
         return None
+    if method == "lapgraph":
+        if text is not None:
+            raise DPSpecError("--dp does not apply to lapgraph: its noise is set by --method-param epsilon=,count_share=")
+        return None
     if text is None:
         if method == "dp-fedavg":
             raise DPSpecError("dp-fedavg needs --dp gaussian:sigma=S,clip=C,on=update,mode=central|distributed|local")

@@ -127,6 +127,10 @@ def trust_block(protocol, dp: dict | None, spec=None) -> dict:
     elif dp.get("method") == "gap":
         dp_trust["why"] = ("GAP: each client noises its own hop aggregations once; what it uploads is post-processing "
                            "of them and of its features and labels, which edge-level DP does not protect")
+    elif dp.get("method") == "lapgraph":
+        dp_trust["why"] = ("LapGraph: each client releases a Laplace-noised copy of its own adjacency once; what it "
+                           "uploads is post-processing of it and of its features and labels, which edge-level DP "
+                           "does not protect")
     if source != "os":
         dp_trust["warning"] = ("seeded noise: anyone who knows the seed (it is in this record) can regenerate and "
                                "subtract it; ε holds only against an adversary who does not know the seed")

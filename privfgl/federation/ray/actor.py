@@ -73,11 +73,12 @@ class ClientHost:
 
     # --- training ------------------------------------------------------------------------------------
     def start_training(self, model_cfg, engine: str, init: dict, seeds: dict[int, int] | None) -> None:
-        """init: client -> (header, bytes) of its initial parameters; seeds: client -> its dropout seed."""
+        """init: client -> (header, bytes) of its initial parameters; seeds: client -> its dropout seed. A client
+        whose step left a graph of its own in state["graph"] (LapGraph's released graph) trains on it."""
         from privfgl.training import make_trainers  # noqa: PLC0415
         params = [decode_tensors(*init[k]) for k in self.members]
         self.received = params[0]
-        mine = [self.clients[k] for k in self.members]
+        mine = [self.states[k].get("graph", self.clients[k]) for k in self.members]
         self.trainers = make_trainers(mine, model_cfg, params, engine, self.device,
                                       None if seeds is None else [seeds[k] for k in self.members])
 

@@ -22,7 +22,7 @@ from protocols.secagg.protocol import round_clients
 # Client steps on actors: run_local, fedavg.run_rounds, and the methods written as client steps
 # (privfgl.federation.client_steps).
 RAY_METHODS = ("local", "fedavg", "fedprox", "dp-fedavg", "dp-sgd", "gap", "fedomd", "fedspray", "fedgpl", "fedlog",
-               "opfgl")
+               "opfgl", "lapgraph")
 RAY_REFUSED = {  # what else a user may ask for, and why it is not built with the clients on actors
     "dp_seed": "a DP noise seed: each actor draws its own clients' noise, and one seed would give every actor the "
                "same draws; valid: seed=os (the default)",
