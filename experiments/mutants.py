@@ -990,6 +990,17 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("FR2", "a plot's where list compared as one value: a panel keeps none of its cells (or the wrong ones)",
      "privfgl/sweep/report.py", "for v in (value if isinstance(value, tuple) else (value,)))",
      "for v in (value,))", ["tests/test_sweep.py", "-k", "where_list"]),
+    ("NDA1", "node-level GAP's DP-SGD steps noised at a quarter of the calibrated std (sigma/4)",
+     "privfgl/methods/gap/node.py",
+     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, clip, GaussianMechanism(mechanism.noise_multiplier / 4, "
+     "mechanism.l2_sensitivity), source, float(len(y)), extra)",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
+    ("NDA2", "node-level GAP's DP-SGD steps without the per-node clip (noise still sized to C)",
+     "privfgl/methods/gap/node.py",
+     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, float('inf'), mechanism, source, float(len(y)), extra)",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
 ]
 
 
