@@ -75,16 +75,19 @@ class DPAudit(Attack):
     def prepare(self, setup, method: str) -> None:
         """Pick and build the design, then let it insert its canaries. ValueError (one line) on a run
         no design fits."""
-        fitting = [d for d in DESIGNS if d.fits(setup, method)]
-        if not fitting:
+        first = None  # the first design that fits: the one a refusal names
+        for design in DESIGNS:
+            if design.fits(setup, method):
+                if set(self.params) <= design_keys(design):
+                    self.design = design(**self.params)
+                    self.design.prepare(setup, method)
+                    return
+                first = first or design
+        if first is None:
             raise ValueError(f"dp-audit: no canary design fits --method {method}; valid: {SUPPORTED}")
-        taking = [d for d in fitting if set(self.params) <= design_keys(d)]
-        if not taking:
-            foreign = sorted(set(self.params) - design_keys(fitting[0]))
-            raise ValueError(f"dp-audit: {', '.join(foreign)} not used on --method {method}; valid: "
-                             f"{', '.join(sorted(design_keys(fitting[0])))}")
-        self.design = taking[0](**self.params)
-        self.design.prepare(setup, method)
+        foreign = sorted(set(self.params) - design_keys(first))
+        raise ValueError(f"dp-audit: {', '.join(foreign)} not used on --method {method}; valid: "
+                         f"{', '.join(sorted(design_keys(first)))}")
 
     def _design(self) -> Attack:
         if self.design is None:
