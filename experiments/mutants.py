@@ -1005,6 +1005,17 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("LPG4", "LapGraph trains on the true graph instead of the released one",
      "privfgl/methods/lapgraph/run.py", "    graph.edge_index = out.edge_index\n", "",
      ["tests/lapgraph/test_lapgraph_runs.py", "-k", "released_graph"]),
+    ("NDA1", "node-level GAP's DP-SGD steps noised at a quarter of the calibrated std (sigma/4)",
+     "privfgl/methods/gap/node.py",
+     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, clip, GaussianMechanism(mechanism.noise_multiplier / 4, "
+     "mechanism.l2_sensitivity), source, float(len(y)), extra)",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
+    ("NDA2", "node-level GAP's DP-SGD steps without the per-node clip (noise still sized to C)",
+     "privfgl/methods/gap/node.py",
+     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, float('inf'), mechanism, source, float(len(y)), extra)",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
 ]
 
 

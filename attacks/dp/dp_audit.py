@@ -8,10 +8,13 @@ inserts the canaries suited to its DP unit and scores them with attacks/dp/estim
 - Message DP (`--dp ...,on=MESSAGE`, any other method): canary contributions, attacks/dp/message_audit.py.
 - O-pFGL's DP class statistics (`dp_epsilon=...`): canary nodes, attacks/dp/opfgl_audit.py.
 - GAP's noisy hop aggregations (`--method gap`): canary edges, attacks/dp/gap_audit.py.
+- Node-level GAP's DP-SGD steps (`stage=steps`; the node-level DP-MLP, `hops=0`, without it): gradient
+  canaries of sensitivity C, attacks/dp/gap_step_audit.py.
 - LapGraph's noisy adjacency (`--method lapgraph`): canary pairs, attacks/dp/lapgraph_audit.py.
 
 `prepare(setup, method)` (before the run) picks the first design whose `fits(setup, method)` holds and
-builds it from the KEY=VALUE params; every other step is the design's. Params every design takes:
+that takes every given KEY (so `stage=steps` passes GAP's hop design over) and builds it from the
+KEY=VALUE params; every other step is the design's. Params every design takes:
 `seed`, `confidence`; the rest are the design's own (its docstring; an unknown one is refused in one line).
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ import inspect
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.fedavg_audit import CanaryClientAudit
 from attacks.dp.gap_audit import CanaryEdgeAudit
+from attacks.dp.gap_step_audit import GapStepAudit
 from attacks.dp.lapgraph_audit import CanaryPairAudit
 from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.dp.opfgl_audit import CanaryNodeAudit
@@ -31,10 +35,11 @@ from attacks.view import AdversaryView
 
 # the first that fits a run is used: the generic message-DP design last
 DESIGNS: tuple[type[Attack], ...] = (CanaryClientAudit, GradientCanaryAudit, CanaryRowAudit, CanaryNodeAudit,
-                                     CanaryEdgeAudit, CanaryPairAudit, CanaryContributionAudit)
+                                     CanaryEdgeAudit, GapStepAudit, CanaryPairAudit, CanaryContributionAudit)
 SUPPORTED = ("--method dp-fedavg with --dp gaussian:...,on=update; --method dp-sgd (federated); --method fedgpl "
              "with --dp laplace|gaussian:...,on=m1|m2|m3|m4|split; --method opfgl with dp_epsilon and "
-             "dp_mode=distributed; --method gap (hops >= 1); --method lapgraph; any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
+             "dp_mode=distributed; --method gap (hops >= 1; unit=node: stage=steps, or hops=0); --method lapgraph; "
+             "any other method with --dp gaussian|laplace:...,on=MESSAGE,mode=local|distributed")
 
 
 def design_keys(design: type[Attack]) -> set[str]:
@@ -73,16 +78,19 @@ class DPAudit(Attack):
     def prepare(self, setup, method: str) -> None:
         """Pick and build the design, then let it insert its canaries. ValueError (one line) on a run
         no design fits."""
+        first = None  # the first design that fits: the one a refusal names
         for design in DESIGNS:
             if design.fits(setup, method):
-                foreign = sorted(set(self.params) - design_keys(design))
-                if foreign:
-                    raise ValueError(f"dp-audit: {', '.join(foreign)} not used on --method {method}; valid: "
-                                     f"{', '.join(sorted(design_keys(design)))}")
-                self.design = design(**self.params)
-                self.design.prepare(setup, method)
-                return
-        raise ValueError(f"dp-audit: no canary design fits --method {method}; valid: {SUPPORTED}")
+                if set(self.params) <= design_keys(design):
+                    self.design = design(**self.params)
+                    self.design.prepare(setup, method)
+                    return
+                first = first or design
+        if first is None:
+            raise ValueError(f"dp-audit: no canary design fits --method {method}; valid: {SUPPORTED}")
+        foreign = sorted(set(self.params) - design_keys(first))
+        raise ValueError(f"dp-audit: {', '.join(foreign)} not used on --method {method}; valid: "
+                         f"{', '.join(sorted(design_keys(first)))}")
 
     def _design(self) -> Attack:
         if self.design is None:

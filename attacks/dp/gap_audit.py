@@ -54,7 +54,10 @@ class CanaryEdgeAudit(Attack):
 
     @staticmethod
     def fits(setup, method: str) -> bool:
-        return method == "gap"
+        """GAP with hops to audit (the node-level DP-MLP, hops=0, goes to gap_step_audit.py)."""
+        from privfgl.methods.gap.params import resolve_params
+        p = resolve_params(setup.method.params) if method == "gap" else None
+        return p is not None and not (p.unit == "node" and p.hops == 0)
 
     def __init__(self, canaries: int = 5000, client: int = 0, seed: int = 0, confidence: float | str = 0.95):
         if not isinstance(canaries, int) or canaries < 4:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from privfgl.privacy.dpsgd import private_gradient
+from privfgl.privacy.dpsgd import SparseRows, private_gradient
 from privfgl.privacy.mechanisms import GaussianMechanism
 from privfgl.privacy.noise import NoiseSource
 
@@ -51,13 +51,15 @@ def per_node_grads(model: torch.nn.Module, params: dict[str, torch.Tensor], inpu
 
 
 def private_step(model: torch.nn.Module, opt: torch.optim.Optimizer, inputs, y: torch.Tensor, clip: float,
-                 mechanism: GaussianMechanism, source: NoiseSource) -> None:
+                 mechanism: GaussianMechanism, source: NoiseSource, extra: SparseRows | None = None) -> None:
     """One DP-SGD step on all given nodes: per-node gradients clipped to `clip`, summed, noised by
-    `mechanism` (std σ·clip), divided by the node count; then the optimizer's step on that gradient."""
+    `mechanism` (std σ·clip), divided by the node count; then the optimizer's step on that gradient.
+    `extra`: an auditor's per-node gradient canaries in the flat layout of `model.named_parameters()`
+    (attacks/dp/gap_step_audit.py), clipped and summed with the real ones; not in the count."""
     model.train()
     params = dict(model.named_parameters())
     grads = per_node_grads(model, {n: p.detach() for n, p in params.items()}, inputs, y)
-    noisy = private_gradient(grads, clip, mechanism, source, float(len(y)))
+    noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)
     for n, p in params.items():
         p.grad = noisy[n].to(p.dtype)
     opt.step()

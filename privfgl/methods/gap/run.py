@@ -16,6 +16,8 @@ target ε (accounting.py). Evaluation runs on the cached noisy aggregations of e
 An auditor (attacks/dp/gap_audit.py) may set `setup.extras["gap_canaries"]`: canary rows join one
 client's hop sums before the noise, and that client then sends its released sums H_1..H_K to the server
 ("gap_release"), a disclosure made only in an audit.
+At node level an auditor (attacks/dp/gap_step_audit.py) may set `setup.extras["gap_step_canaries"]`:
+gradient canaries join one client's per-node gradients in every encoder and classifier DP-SGD step.
 The clients' side is written as client steps (privfgl.federation.client_steps: `_prepare`, `_start`,
 `_train`, `_upload`, `_load`, `_release`, `_predict`); run_gap is the server's loop, so the same run goes
 in process or with the clients on Ray actors (`--engine ray`). Each client draws its dropout masks from its
@@ -74,7 +76,8 @@ class GapReport:
 
 def _train_local(model: torch.nn.Module, opt: torch.optim.Optimizer, inputs, y: torch.Tensor,
                  mask: torch.Tensor, epochs: int, private: dict | None) -> None:
-    """`epochs` full-batch steps on the masked nodes; `private` ({clip, mechanism, source}): DP-SGD steps."""
+    """`epochs` full-batch steps on the masked nodes; `private` ({clip, mechanism, source[, extra]}): DP-SGD
+    steps (`extra`: an auditor's gradient canaries, node.private_step)."""
     model.train()
     for _ in range(epochs):
         if private is not None:
@@ -120,12 +123,17 @@ def _start(k: int, state: dict, data, part: str, model: torch.nn.Module, receive
     state[part] = {"model": own, "opt": _optimizer(own, cfg)}
 
 
-def _train(k: int, state: dict, data, part: str, epochs: int, private: dict | None) -> None:
-    """Client k: `epochs` local steps on its training nodes (DP-SGD from its own noise source if `private`)."""
+def _train(k: int, state: dict, data, part: str, r: int, epochs: int, private: dict | None, canaries=None) -> None:
+    """Client k: `epochs` local steps of round `r` on its training nodes (DP-SGD from its own noise source if
+    `private`; an auditor's gradient canaries, attacks/dp/gap_step_audit.py, join client canaries.client's)."""
     if not bool(data.train_mask.any()):
         return
     own = state[part]
-    private = None if private is None else {**private, "source": state["source"]}
+    if private is not None:
+        private = {**private, "source": state["source"]}
+        if canaries is not None and canaries.client == k:
+            layout = [(n, v.numel()) for n, v in own["model"].named_parameters()]
+            private["extra"] = canaries.rows(part, r, layout)
     with global_rng(state):  # dropout (and vmap's per-node draws) from the client's own stream
         _train_local(own["model"], own["opt"], _inputs(state, part), data.y, data.train_mask, epochs, private)
 
@@ -175,7 +183,7 @@ def federated_training(setup: Setup, clients, part: str, model: torch.nn.Module,
     clients.train(_start, part, model, received, cfg)
     for r in rounds:
         with timer.phase("local_train"):
-            clients.train(_train, part, m.local_epochs, private)
+            clients.train(_train, part, r, m.local_epochs, private, setup.extras.get("gap_step_canaries"))
         if evaluate and m.evaluation == "local_model":
             with timer.phase("evaluate"):
                 clients.evaluate(setup.tracker, r, _predict, part)
