@@ -1,0 +1,78 @@
+"""DP-FedAvg's many-client settings chosen on PUBLIC graphs (Papernot & Steinke 2022: no search on the evaluated
+runs): the stand-ins sbm-pubmed and sbm-cora drawn with graph seed 1 (the evaluated runs use the graphs of seed
+0; a synthetic graph is public data), 1,000 clients, METIS, the sweep's split rule, hidden 16.
+
+The rule, written down before any run (experiments/dp_fedavg_many_clients.toml repeats it):
+  1. C = the median of the clients' round-0 update norms on the public graph (Andrew et al. 2021 aim the clip
+     at the median), rounded up to one significant digit. Read from the server's view of one no-clip round.
+  2. Server step: {η = 1, β = 0} or {η = 0.1, β = 0.9} (the same long-run step, the noise averaged over ~10
+     rounds): whichever gives the higher validation accuracy on the public graph at ε = 8 (seed 0), one run each.
+Nothing of the evaluated graphs is read.
+
+    python experiments/dp_fedavg_public_settings.py norms            # step 1, both stand-ins
+    python experiments/dp_fedavg_public_settings.py step --clip C --dataset sbm-pubmed   # step 2
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+from privfgl.data import load_dataset
+from privfgl.experiment import RunConfig, run
+from privfgl.federation import SERVER
+
+PUBLIC_GRAPH_SEED = 1
+SIGMA_EPS8 = 2.85400390625  # the smallest σ with ε(δ = 1e-5) ≤ 8 over 20 rounds at q = 1 (opacus RDP)
+STEPS = ({"server_lr": 1.0, "server_momentum": 0.0}, {"server_lr": 0.1, "server_momentum": 0.9})
+
+
+def config(dataset: str, rounds: int, dp: str, transcript: str, **method_params) -> RunConfig:
+    return RunConfig(method="dp-fedavg", dataset=dataset, partition="metis", clients=1000, split_mode="random",
+                     rounds=rounds, hidden=16, evaluation="global_model", seed=0, dp=dp, progress=False,
+                     transcript=transcript, method_params={"q": 1.0, "sampling_seed": 0, **method_params})
+
+
+def round_up(x: float) -> float:
+    """x rounded up to one significant digit."""
+    scale = 10 ** math.floor(math.log10(x))
+    return math.ceil(x / scale) * scale
+
+
+def norms(dataset: str) -> None:
+    graph = load_dataset(dataset, seed=PUBLIC_GRAPH_SEED)
+    t0 = time.time()
+    _, setup = run(config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all"), data=graph)
+    ups = [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=0)]
+    n = torch.tensor([float(torch.cat([v.double().reshape(-1) for v in u.values()]).norm()) for u in ups])
+    q = torch.quantile(n, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9])).tolist()
+    print(f"{dataset} (graph seed {PUBLIC_GRAPH_SEED}), {len(ups)} clients, round-0 update norms: "
+          f"quantiles 10/25/50/75/90 % = {', '.join(f'{v:.3f}' for v in q)}; max {float(n.max()):.3f}; "
+          f"C = {round_up(q[2]):g} ({time.time() - t0:.0f} s)", flush=True)
+
+
+def step(dataset: str, clip: float) -> None:
+    graph = load_dataset(dataset, seed=PUBLIC_GRAPH_SEED)
+    for params in STEPS:
+        t0 = time.time()
+        record, _ = run(config(dataset, 20, f"gaussian:sigma={SIGMA_EPS8},clip={clip},on=update,mode=central,seed=0",
+                               "none", **params), data=graph)
+        s = record["metrics"]
+        print(f"{dataset} (graph seed {PUBLIC_GRAPH_SEED}), ε = 8, C = {clip:g}, {params}: val_acc "
+              f"{s['val_acc']:.4f} (test {s['test_acc']:.4f}, not used) ({time.time() - t0:.0f} s)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stage", choices=("norms", "step"))
+    ap.add_argument("--dataset", action="append", help="sbm-pubmed and/or sbm-cora (default: both)")
+    ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
+    args = ap.parse_args()
+    for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
+        norms(dataset) if args.stage == "norms" else step(dataset, args.clip)
+
+
+if __name__ == "__main__":
+    main()
