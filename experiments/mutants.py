@@ -998,6 +998,10 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      'if not 0 <= out["server_momentum"] < 1:',
      'if not 0 <= out["server_momentum"] <= 1:',
      ['tests/privacy/test_dp_fedavg_momentum.py']),
+    ('DFK3', "dp-audit ignores DP-FedAvg's server momentum (reads each step as one round's sum)", 'attacks/dp/fedavg_audit.py',
+     'sums = torch.stack([(step - aux.momentum * prev) * d',
+     'sums = torch.stack([(step - 0.0 * prev) * d',
+     ['tests/attacks/test_dp_audit_fedavg.py', '-k', 'momentum']),
 ]
 
 
