@@ -37,10 +37,10 @@ SETTINGS = {"sbm-pubmed": ("sbm-pubmed", "metis", 1000, "random"), "sbm-cora": (
             "cora": ("sbm-cora", "louvain", 10, "stratified"), "citeseer": ("citeseer-like", "louvain", 10, "stratified")}
 
 
-def public_graph(name: str):
+def public_graph(name: str, graph_seed: int = PUBLIC_GRAPH_SEED):
     if name == "citeseer-like":
-        return contextual_sbm(**CITESEER_LIKE, seed=PUBLIC_GRAPH_SEED, name="sbm")
-    return load_dataset(name, seed=PUBLIC_GRAPH_SEED)
+        return contextual_sbm(**CITESEER_LIKE, seed=graph_seed, name="sbm")
+    return load_dataset(name, seed=graph_seed)
 
 
 def config(setting: str, rounds: int, dp: str, transcript: str, **method_params) -> RunConfig:
@@ -57,15 +57,15 @@ def round_up(x: float) -> float:
     return math.ceil(x / scale) * scale
 
 
-def norms(dataset: str) -> None:
-    graph = public_graph(SETTINGS[dataset][0])
+def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED) -> None:
+    graph = public_graph(SETTINGS[dataset][0], graph_seed)
     t0 = time.time()
     _, setup = run(config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all"), data=graph)
     ups = [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=0)]
     flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
     n = flat.norm(dim=1)
     q = torch.quantile(n, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9], dtype=n.dtype)).tolist()
-    print(f"{dataset}: public {SETTINGS[dataset]} (graph seed {PUBLIC_GRAPH_SEED}), round-0 update norms: "
+    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), round-0 update norms: "
           f"quantiles 10/25/50/75/90 % = {', '.join(f'{v:.3f}' for v in q)}; max {float(n.max()):.3f}; "
           f"C = {round_up(q[2]):g}; the clients' mean update: norm {float(flat.mean(0).norm()):.4f}, "
           f"against the ε = 8 noise on the mean, σ·C·√d/K = {SIGMA_EPS8 * round_up(q[2]) * flat.shape[1] ** 0.5 / len(ups):.4f} "
@@ -89,9 +89,12 @@ def main() -> None:
     ap.add_argument("--dataset", action="append", choices=list(SETTINGS),
                     help="the evaluated setting (default: sbm-pubmed and sbm-cora)")
     ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
+    ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
+                    help="norms: the stand-in's graph seed (default 1, the public one; 0 is the evaluated graph: "
+                         "for the diagnosis after the runs only, never for choosing)")
     args = ap.parse_args()
     for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
-        norms(dataset) if args.stage == "norms" else step(dataset, args.clip)
+        norms(dataset, args.graph_seed) if args.stage == "norms" else step(dataset, args.clip)
 
 
 if __name__ == "__main__":
