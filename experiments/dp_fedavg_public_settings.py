@@ -44,10 +44,10 @@ def public_graph(name: str, graph_seed: int = PUBLIC_GRAPH_SEED):
 
 
 def config(setting: str, rounds: int, dp: str, transcript: str, optimizer: tuple[str, float] = ("adam", 0.01),
-           **method_params) -> RunConfig:
+           hidden: int = 16, **method_params) -> RunConfig:
     graph, partition, clients, split_mode = SETTINGS[setting]
     return RunConfig(method="dp-fedavg", dataset="sbm" if graph == "citeseer-like" else graph, partition=partition,
-                     clients=clients, split_mode=split_mode, rounds=rounds, hidden=16, evaluation="global_model",
+                     clients=clients, split_mode=split_mode, rounds=rounds, hidden=hidden, evaluation="global_model",
                      seed=0, dp=dp, progress=False, transcript=transcript, optimizer=optimizer[0], lr=optimizer[1],
                      method_params={"q": 1.0, "sampling_seed": 0, **method_params})
 
@@ -58,30 +58,31 @@ def round_up(x: float) -> float:
     return math.ceil(x / scale) * scale
 
 
-def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01)) -> None:
+def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),
+          hidden: int = 16) -> None:
     graph = public_graph(SETTINGS[dataset][0], graph_seed)
     t0 = time.time()
-    _, setup = run(config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer),
-                   data=graph)
+    _, setup = run(config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer,
+                          hidden), data=graph)
     ups = [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=0)]
     flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
     n = flat.norm(dim=1)
     q = torch.quantile(n, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9], dtype=n.dtype)).tolist()
-    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), local {optimizer[0]} lr {optimizer[1]:g}, round-0 update norms: "
+    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), hidden {hidden}, local {optimizer[0]} lr {optimizer[1]:g}, round-0 update norms: "
           f"quantiles 10/25/50/75/90 % = {', '.join(f'{v:.3f}' for v in q)}; max {float(n.max()):.3f}; "
           f"C = {round_up(q[2]):g}; the clients' mean update: norm {float(flat.mean(0).norm()):.4f}, "
           f"against the ε = 8 noise on the mean, σ·C·√d/K = {SIGMA_EPS8 * round_up(q[2]) * flat.shape[1] ** 0.5 / len(ups):.4f} "
           f"(d = {flat.shape[1]}) ({time.time() - t0:.0f} s)", flush=True)
 
 
-def step(dataset: str, clip: float) -> None:
+def step(dataset: str, clip: float, hidden: int = 16, steps: tuple[dict, ...] = STEPS) -> None:
     graph = public_graph(SETTINGS[dataset][0])
-    for params in STEPS:
+    for params in steps:
         t0 = time.time()
         record, _ = run(config(dataset, 20, f"gaussian:sigma={SIGMA_EPS8},clip={clip},on=update,mode=central,seed=0",
-                               "none", **params), data=graph)
+                               "none", hidden=hidden, **params), data=graph)
         s = record["metrics"]
-        print(f"{dataset} (graph seed {PUBLIC_GRAPH_SEED}), ε = 8, C = {clip:g}, {params}: val_acc "
+        print(f"{dataset} (graph seed {PUBLIC_GRAPH_SEED}), hidden {hidden}, ε = 8, C = {clip:g}, {params}: val_acc "
               f"{s['val_acc']:.4f} (test {s['test_acc']:.4f}, not used) ({time.time() - t0:.0f} s)", flush=True)
 
 
@@ -93,15 +94,17 @@ def main() -> None:
     ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
     ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
     ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
+    ap.add_argument("--hidden", type=int, default=16, help="the GCN's width (default 16, the sweep's; another width "
+                    "is a diagnosis after the runs: step then runs the chosen server step only)")
     ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
                     help="norms: the stand-in's graph seed (default 1, the public one; 0 is the evaluated graph: "
                          "for the diagnosis after the runs only, never for choosing)")
     args = ap.parse_args()
     for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
         if args.stage == "norms":
-            norms(dataset, args.graph_seed, (args.optimizer, args.lr))
+            norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden)
         else:
-            step(dataset, args.clip)
+            step(dataset, args.clip, args.hidden, STEPS if args.hidden == 16 else STEPS[:1])
 
 
 if __name__ == "__main__":
