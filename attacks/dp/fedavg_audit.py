@@ -12,8 +12,8 @@ tolerated coalition, 0.95).
   colluding clients: `colluders` (default the protocol's tolerated coalition, privacy/trust.py), the
   highest client indices as in attacks/dp/dp_collusion.py; they subtract their own noise shares, every round.
 
-Statistic. Δ_t = w_{t+1} − w_t of the released models, times the public divisor q·|S_t|/η (the noised sum
-of round t), minus the coalition's own noise; per round o_tj = ς_tj⟨Δ_t, u_j⟩/C, ς_tj canary j's public
+Statistic. Δ_t = w_{t+1} − w_t of the released models, less β·Δ_{t−1} (the server's momentum β, public;
+β = 0 by default), times the public divisor q·|S_t|/η (the noised sum of round t), minus the coalition's own noise; per round o_tj = ς_tj⟨Δ_t, u_j⟩/C, ς_tj canary j's public
 sign of round t (view=rounds; +1 under view=final, whose statistic needs a constant direction): 1 + N(0, σ²)
 for a sampled in-canary, N(0, σ²) otherwise, up to the real clients' and other canaries' tiny
 projections. Score of
@@ -67,6 +67,7 @@ class AuditAux:
     view: str
     colluders: tuple[int, ...]
     signs: tuple[np.ndarray, ...]  # ς_t [N] per round (public design)
+    momentum: float = 0.0  # the server's momentum β (a public method param): Δ_t − β·Δ_{t−1} = η·(noised mean)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class CanaryClientAudit(Attack):
             noise = tuple(flatten(dp.coalition_noise[i])[0] for i in range(len(rounds)))
         signs = tuple(self.clients.signs(r) for r in rounds)
         return AuditAux(self.clients.directions, divisors, sampled, noise, dp.spec.clip, self.view, dp.coalition,
-                        signs)
+                        signs, p["server_momentum"])
 
     def attack(self, view: AdversaryView, aux: AuditAux) -> AuditScores:
         receiver = view.party if view.party != SERVER else client_name(0)
@@ -163,7 +164,9 @@ class CanaryClientAudit(Attack):
         cosines = (u.project(final[None])[0] / max(float(final.norm()), 1e-300)).numpy()
         if aux.view == "final":
             return AuditScores(cosines, None, None, cosines)
-        sums = torch.stack([(b - a) * d for a, b, d in zip(models, models[1:], aux.divisors)])
+        steps = [b - a for a, b in zip(models, models[1:])]
+        sums = torch.stack([(step - aux.momentum * prev) * d  # undo the server's momentum: η·(this round's mean)
+                            for step, prev, d in zip(steps, [torch.zeros_like(steps[0]), *steps], aux.divisors)])
         if aux.coalition_noise is not None:
             sums = sums - torch.stack(aux.coalition_noise)
         per_round = (u.project(sums) / aux.clip).numpy() * np.stack(aux.signs)

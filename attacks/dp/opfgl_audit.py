@@ -72,7 +72,7 @@ class CanaryNodeAudit(CanaryClientAudit):
         noise = (flatten({b: sum(own[k][b] for k in self.coalition) for b in own[0]})[0],) if self.coalition else None
         ones = np.ones(self.nodes.count, dtype=np.int64)
         return NodeAuditAux(self.nodes.cells, (1.0,), None, noise, self.nodes.bound, "rounds", self.coalition,
-                            (ones,), self.nodes)
+                            (ones,), nodes=self.nodes)
 
     def attack(self, view: AdversaryView, aux: NodeAuditAux) -> AuditScores:
         sums = [flatten(m.tensors)[0] for m in view.find(f"{aux.nodes.message}:sum") if m.tensors is not None]

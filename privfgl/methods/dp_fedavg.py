@@ -27,8 +27,12 @@ the noise variance is missing from the sum: ε as accounted does not hold for th
 `dp.dropout` lists them (never folded into ε). Dropout is not a secret sample: the server knows who
 dropped, so it adds no amplification.
 
-Method params: q (client sampling rate, default 1.0), server_lr (η, default 1.0), sampling_seed
-("os", the default, or an integer for reproducible coins).
+Server momentum (β = `server_momentum`, DP-FedAvgM, McMahan et al. 2018; Reddi et al. 2021): the
+server keeps v ← β·v + (noised sum)/(q·|S|) and steps w ← w + η·v. It reads only the released noised
+sums, so it is post-processing and costs no ε; β = 0 (the default) is the plain step above.
+
+Method params: q (client sampling rate, default 1.0), server_lr (η, default 1.0), server_momentum (β in
+[0, 1), default 0), sampling_seed ("os", the default, or an integer for reproducible coins).
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from privfgl.privacy.message_dp import MessageDP
 from privfgl.privacy.noise import OS, NoiseSource
 from privfgl.training import Params
 
-PARAMS = {"q": 1.0, "server_lr": 1.0, "sampling_seed": OS}
+PARAMS = {"q": 1.0, "server_lr": 1.0, "server_momentum": 0.0, "sampling_seed": OS}
 NO_AMPLIFICATION = "none: under plain the server sees each upload, so which clients took part (non-zero) is not secret"
 
 
@@ -49,7 +53,7 @@ def dp_fedavg_params(params: dict) -> dict:
     if unknown:
         raise ConfigError(f"dp-fedavg: unknown method param(s) {', '.join(unknown)}; valid: {', '.join(PARAMS)}")
     out = {**PARAMS, **params}
-    for key in ("q", "server_lr"):
+    for key in ("q", "server_lr", "server_momentum"):
         try:
             out[key] = float(out[key])
         except (TypeError, ValueError):
@@ -58,6 +62,8 @@ def dp_fedavg_params(params: dict) -> dict:
         raise ConfigError(f"dp-fedavg: q must be in (0, 1], got {out['q']}")
     if not out["server_lr"] > 0:
         raise ConfigError(f"dp-fedavg: server_lr must be > 0, got {out['server_lr']}")
+    if not 0 <= out["server_momentum"] < 1:
+        raise ConfigError(f"dp-fedavg: server_momentum must be in [0, 1), got {out['server_momentum']}")
     seed = out["sampling_seed"]
     if seed != OS and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"dp-fedavg: sampling_seed must be 'os' (the default) or an integer, got {seed!r}")
@@ -72,6 +78,22 @@ def accounted_sample_rate(q: float, protocol: str) -> tuple[float, str]:
         return 1.0, NO_AMPLIFICATION
     return q, (f"by sampling at q={q}: under {protocol} the server sees only the sum, in which the unsampled "
                "clients' zeros are hidden")
+
+
+class ServerMomentum:
+    """The server's step from each round's released noised sum of deltas (a dict of tensors):
+    v ← β·v + sum/denominator, then w ← w + η·v. Post-processing: it reads nothing but the sums."""
+
+    def __init__(self, lr: float, beta: float):
+        self.lr, self.beta = lr, beta
+        self.velocity: Params = {}
+
+    def step(self, sums: Params, denominator: float, received: Params) -> Params:
+        """The new global model (dtypes of `received`) from the noised sums divided by `denominator`."""
+        for n in received:
+            mean = sums[n].double() / denominator
+            self.velocity[n] = self.beta * self.velocity[n] + mean if n in self.velocity else mean
+        return {n: (received[n].double() + self.lr * self.velocity[n]).to(received[n].dtype) for n in received}
 
 
 class DPFedAvgReport:
@@ -119,12 +141,12 @@ def run_dp_fedavg(setup: Setup) -> None:
             sampled.append(draw_participation(sampler, K, q))
         return {n: (params[n].double().cpu() - received[n].double()) * float(sampled[-1][k]) for n in received}
 
+    server = ServerMomentum(p["server_lr"], p["server_momentum"])
+
     def update(sums: Params, received: Params) -> Params:
-        """Server: w + η · (noised sum of deltas) / (q·|S|), S the clients whose upload is in the sum (all K
-        without dropout): a denominator fixed before the data, public (the server names the survivors)."""
-        survivors = len(fed.survivors(None, "model_update"))
-        return {n: (received[n].double() + p["server_lr"] * sums[n] / (q * survivors)).to(received[n].dtype)
-                for n in received}
+        """Server: w + η·v, v ← β·v + (noised sum of deltas) / (q·|S|), S the clients whose upload is in the
+        sum (all K without dropout): a denominator fixed before the data, public (the server names the survivors)."""
+        return server.step(sums, q * len(fed.survivors(None, "model_update")), received)
 
     if setup.remote is not None:  # each client flips its own coin on its actor; nobody else learns it
         if p["sampling_seed"] != OS:

@@ -1,0 +1,111 @@
+"""DP-FedAvg's many-client settings chosen on PUBLIC graphs (Papernot & Steinke 2022: no search on the evaluated
+runs): the stand-ins sbm-pubmed and sbm-cora drawn with graph seed 1 (the evaluated runs use the graphs of seed
+0; a synthetic graph is public data), 1,000 clients, METIS, the sweep's split rule, hidden 16.
+
+The rule, written down before any run (experiments/dp_fedavg_many_clients.toml repeats it):
+  1. C = the median of the clients' round-0 update norms on the public graph (Andrew et al. 2021 aim the clip
+     at the median), rounded up to one significant digit. Read from the server's view of one no-clip round.
+  2. Server step: {η = 1, β = 0} or {η = 0.1, β = 0.9} (the same long-run step, the noise averaged over ~10
+     rounds): whichever gives the higher validation accuracy on the public graph at ε = 8 (seed 0), one run each.
+Nothing of the evaluated graphs is read.
+
+    python experiments/dp_fedavg_public_settings.py norms            # step 1, both stand-ins
+    python experiments/dp_fedavg_public_settings.py step --clip C --dataset sbm-pubmed   # step 2
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+from privfgl.data import contextual_sbm, load_dataset
+from privfgl.experiment import RunConfig, run
+from privfgl.federation import SERVER
+
+PUBLIC_GRAPH_SEED = 1
+SIGMA_EPS8 = 2.85400390625  # the smallest σ with ε(δ = 1e-5) ≤ 8 over 20 rounds at q = 1 (opacus RDP)
+STEPS = ({"server_lr": 1.0, "server_momentum": 0.0}, {"server_lr": 0.1, "server_momentum": 0.9})
+
+
+# Public stand-ins: the presets at graph seed 1, and a CSBM with CiteSeer's counts (PyG's CiteSeer: 3,327 nodes,
+# 3,703 features, 6 classes, edge homophily 0.74, mean degree 2.74) for the CiteSeer cells, which have no preset.
+CITESEER_LIKE = dict(num_nodes=3327, num_features=3703, num_classes=6, homophily=0.74, avg_degree=2.74)
+# Each evaluated setting -> (the public graph, partition, clients, split mode) its C is measured on.
+SETTINGS = {"sbm-pubmed": ("sbm-pubmed", "metis", 1000, "random"), "sbm-cora": ("sbm-cora", "metis", 1000, "random"),
+            "cora": ("sbm-cora", "louvain", 10, "stratified"), "citeseer": ("citeseer-like", "louvain", 10, "stratified")}
+
+
+def public_graph(name: str, graph_seed: int = PUBLIC_GRAPH_SEED):
+    if name == "citeseer-like":
+        return contextual_sbm(**CITESEER_LIKE, seed=graph_seed, name="sbm")
+    return load_dataset(name, seed=graph_seed)
+
+
+def config(setting: str, rounds: int, dp: str, transcript: str, optimizer: tuple[str, float] = ("adam", 0.01),
+           hidden: int = 16, **method_params) -> RunConfig:
+    graph, partition, clients, split_mode = SETTINGS[setting]
+    return RunConfig(method="dp-fedavg", dataset="sbm" if graph == "citeseer-like" else graph, partition=partition,
+                     clients=clients, split_mode=split_mode, rounds=rounds, hidden=hidden, evaluation="global_model",
+                     seed=0, dp=dp, progress=False, transcript=transcript, optimizer=optimizer[0], lr=optimizer[1],
+                     method_params={"q": 1.0, "sampling_seed": 0, **method_params})
+
+
+def round_up(x: float) -> float:
+    """x rounded up to one significant digit."""
+    scale = 10 ** math.floor(math.log10(x))
+    return math.ceil(x / scale) * scale
+
+
+def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),
+          hidden: int = 16) -> None:
+    graph = public_graph(SETTINGS[dataset][0], graph_seed)
+    t0 = time.time()
+    _, setup = run(config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer,
+                          hidden), data=graph)
+    ups = [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=0)]
+    flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
+    n = flat.norm(dim=1)
+    q = torch.quantile(n, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9], dtype=n.dtype)).tolist()
+    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), hidden {hidden}, local {optimizer[0]} lr {optimizer[1]:g}, round-0 update norms: "
+          f"quantiles 10/25/50/75/90 % = {', '.join(f'{v:.3f}' for v in q)}; max {float(n.max()):.3f}; "
+          f"C = {round_up(q[2]):g}; the clients' mean update: norm {float(flat.mean(0).norm()):.4f}, "
+          f"against the ε = 8 noise on the mean, σ·C·√d/K = {SIGMA_EPS8 * round_up(q[2]) * flat.shape[1] ** 0.5 / len(ups):.4f} "
+          f"(d = {flat.shape[1]}) ({time.time() - t0:.0f} s)", flush=True)
+
+
+def step(dataset: str, clip: float, hidden: int = 16, steps: tuple[dict, ...] = STEPS) -> None:
+    graph = public_graph(SETTINGS[dataset][0])
+    for params in steps:
+        t0 = time.time()
+        record, _ = run(config(dataset, 20, f"gaussian:sigma={SIGMA_EPS8},clip={clip},on=update,mode=central,seed=0",
+                               "none", hidden=hidden, **params), data=graph)
+        s = record["metrics"]
+        print(f"{dataset} (graph seed {PUBLIC_GRAPH_SEED}), hidden {hidden}, ε = 8, C = {clip:g}, {params}: val_acc "
+              f"{s['val_acc']:.4f} (test {s['test_acc']:.4f}, not used) ({time.time() - t0:.0f} s)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stage", choices=("norms", "step"))
+    ap.add_argument("--dataset", action="append", choices=list(SETTINGS),
+                    help="the evaluated setting (default: sbm-pubmed and sbm-cora)")
+    ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
+    ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
+    ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
+    ap.add_argument("--hidden", type=int, default=16, help="the GCN's width (default 16, the sweep's; another width "
+                    "is a diagnosis after the runs: step then runs the chosen server step only)")
+    ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
+                    help="norms: the stand-in's graph seed (default 1, the public one; 0 is the evaluated graph: "
+                         "for the diagnosis after the runs only, never for choosing)")
+    args = ap.parse_args()
+    for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
+        if args.stage == "norms":
+            norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden)
+        else:
+            step(dataset, args.clip, args.hidden, STEPS if args.hidden == 16 else STEPS[:1])
+
+
+if __name__ == "__main__":
+    main()
