@@ -94,3 +94,26 @@ def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_p
     assert "acc holds (floor 80.00); time holds" in text
     assert "| cora-3 (rounds=5,gen=10) | `warmup_form=code` | 79.50 ± 0.00 (1 of 3 seeds) |" in text
     assert text.count("not measured") == 6
+
+
+def _entry(round_, val_accs, test_micro):
+    return {"round": round_, "val_acc": sum(val_accs) / len(val_accs), "test_acc_micro": test_micro,
+            "per_client": [{"val_acc": v} for v in val_accs]}
+
+
+def test_main_pys_round_weighs_validation_by_missing_class_counts_and_a_tie_goes_to_the_later_round():
+    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60), _entry(2, [0.3, 0.5], 0.70),
+               _entry(3, [0.1, 0.5], 0.80)]
+    # client 0 has no missing-class nodes: main.py weighs its validation accuracy by 0
+    assert _script().code_selection(history, [0, 7]) == 3  # rounds 1-3 tie at 0.5: the last one wins
+    assert _script().code_selection(history, [1, 0]) == 0
+
+
+def test_privfgl_is_scored_on_its_pooled_test_accuracy_as_main_py_weighs_clients():
+    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60)]
+    metrics = {"test_acc": 0.4, "test_acc_micro": 0.5, "best_round": 0}  # test_acc: weighted by node counts
+    got = _script().scores(metrics, history, [0, 3])
+    assert (got["acc"], got["best_round"], got["acc_code_selection"], got["best_round_code_selection"]) == \
+        (50.0, 0, 60.0, 1)
+    assert got["acc_node_weighted"] == 40.0
+    assert got["curve"] == [[0, 50.0, 50.0], [1, 35.0, 60.0]]
