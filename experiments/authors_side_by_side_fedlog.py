@@ -328,18 +328,27 @@ def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[
 
 
 def ablation_table(results: dict) -> list[str]:
-    """privfgl's runs with other method params (stages `privfgl+KEY=VALUE,...`) beside its defaults and
-    the authors' code, where any were run."""
+    """privfgl's defaults and its runs with other method params (stages `privfgl+KEY=VALUE,...`) beside the
+    authors' code, where any were run; with each run's accuracy at the round main.py's rule picks
+    (code_selection; blank for runs stored before it was kept)."""
     rows = []
     for name, stages in results.items():
-        for stage in sorted(s for s in stages if s.startswith("privfgl+")):
-            if not rows:
-                rows = ["| cell | privfgl with | acc % | per seed | s per run | privfgl defaults | authors' code |",
-                        "|---|---|---|---|---|---|---|"]
-            r, base, peer = (per_seed(stages.get(k)) for k in (stage, "privfgl", "peer"))
-            label = name.replace("@", " (") + (")" if "@" in name else "")
-            rows.append(f"| {label} | `{stage.split('+', 1)[1]}` | {_cell(r)} | {_per_seed(r)} | {_seconds(r)} | "
-                        f"{_cell(base)} | {_cell(peer)} |")
+        variants = sorted(s for s in stages if s.startswith("privfgl+"))
+        if not variants:
+            continue
+        if not rows:
+            rows = ["| cell | privfgl with | acc % | per seed | at main.py's round | s per run | authors' code |",
+                    "|---|---|---|---|---|---|---|"]
+        peer = per_seed(stages.get("peer"))
+        label = name.replace("@", " (") + (")" if "@" in name else "")
+        for stage in ["privfgl", *variants]:
+            r = per_seed(stages.get(stage))
+            runs = (stages.get(stage) or {}).values()
+            code = [run["acc_code_selection"] for run in runs if "acc_code_selection" in run]
+            what = f"`{stage.split('+', 1)[1]}`" if "+" in stage else "its defaults"
+            rows.append(f"| {label} | {what} | {_cell(r)} | {_per_seed(r)} | "
+                        f"{mean_std(code) if len(code) == len(r['acc']) and code else ''} | {_seconds(r)} | "
+                        f"{_cell(peer)} |")
     return rows
 
 

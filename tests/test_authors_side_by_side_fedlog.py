@@ -86,13 +86,17 @@ def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_p
     def runs(acc, seeds=(0, 1, 2)):
         return {str(s): {"acc": acc, "seconds": 10.0, "best_round": 3} for s in seeds}
     results = {"cora-3@rounds=5,gen=10": {"peer": runs(80.0), "privfgl": runs(81.0),
-                                           "privfgl+warmup_form=code": runs(79.5, seeds=(0,))}}
+                                           "privfgl+warmup_form=code": runs(79.5, seeds=(0,)),
+                                           "privfgl+preset=code": {"0": {"acc": 82.0, "seconds": 10.0, "best_round": 3,
+                                                                         "acc_code_selection": 83.0}}}}
     text = script.table(results, tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| Cora") or line.startswith("| CiteSeer")]
     assert len(rows) == 7  # six cells at the full budget, not run, and Cora K=3 at the smaller one
     assert "| Cora K=3 (rounds=5,gen=10) | — | 80.00 ± 0.00 | 81.00 ± 0.00 |" in text
     assert "acc holds (floor 80.00); time holds" in text
     assert "| cora-3 (rounds=5,gen=10) | `warmup_form=code` | 79.50 ± 0.00 (1 of 3 seeds) |" in text
+    assert "| cora-3 (rounds=5,gen=10) | its defaults | 81.00 ± 0.00 |" in text
+    assert "| `preset=code` | 82.00 ± 0.00 (1 of 3 seeds) | 82.00 | 83.00 ± 0.00 | 10 | 80.00 ± 0.00 |" in text
     assert text.count("not measured") == 6
 
 
