@@ -312,8 +312,11 @@ def table(results: dict, work: Path) -> str:
     return "\n".join([*rows, *([""] + extra if extra else []), "",
                       "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
                       f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
-                      "seen test accuracy at the round of best seen validation accuracy; mean ± population std; "
-                      "seconds: each side's mean wall time per run at one thread."]) + "\n"
+                      "seen test accuracy pooled over the clients' test nodes at each code's round of best seen "
+                      "validation accuracy (\"at main.py's round\": privfgl's run at the round main.py's rule picks, "
+                      "validation weighted by missing-class counts); mean ± population std; seconds: each side's "
+                      "mean wall time per run at one thread on the shared 2-core machine, so only their order "
+                      "means anything."]) + "\n"
 
 
 def key(cell: str, budget: tuple[int, int]) -> str:
