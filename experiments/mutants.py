@@ -1018,6 +1018,9 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("PLA8", "the FedLoG side-by-side scores privfgl by node-count-weighted test accuracy, not pooled as main.py",
      "experiments/authors_side_by_side_fedlog.py", '    return {"acc": 100 * metrics["test_acc_micro"],',
      '    return {"acc": 100 * metrics["test_acc"],', ["tests/test_authors_side_by_side_fedlog.py"]),
+    ("PLA9", "FedLoG's warmup_head=code keeps torch's initialisation of the warm-up head",
+     "privfgl/methods/fedlog/client.py", '        if self.p.warmup_head == "code":\n', '        if False:\n',
+     ["tests/fedlog/test_fedlog.py", "-k", "warm_up_head"]),
 ]
 
 

@@ -278,9 +278,9 @@ def _client(sbm, **params):
 
 def test_preset_code_takes_every_departure_of_the_authors_code_and_the_defaults_take_none():
     code, default = resolve_params({"preset": "code"}), resolve_params({})
-    departures = ("warmup_form", "warmup_monitor", "generators", "batches", "optimizer_state")
-    assert [getattr(code, k) for k in departures] == ["code", "test", "code", "floor", "round"]
-    assert [getattr(default, k) for k in departures] == ["full", "val", "paper", "ceil", "keep"]
+    departures = ("warmup_form", "warmup_monitor", "warmup_head", "generators", "batches", "optimizer_state")
+    assert [getattr(code, k) for k in departures] == ["code", "test", "code", "code", "floor", "round"]
+    assert [getattr(default, k) for k in departures] == ["full", "val", "torch", "paper", "ceil", "keep"]
     with pytest.raises(ValueError, match="generators='trained'; valid: paper, code"):
         resolve_params({"generators": "trained"})
 
@@ -352,3 +352,15 @@ def test_generators_code_are_untrained_the_same_on_every_client_and_draw_dropout
     assert "generator_update" not in names and "class_generators" not in names
     assert record["time"]["caches"]["generators"] == {"hit": 0, "miss": 0, "seconds": 0.0}
     assert "model_update" in names and record["metrics"]["test_acc"] > 0.3
+
+
+@pytest.mark.parametrize("head", ["torch", "code"])
+def test_the_warm_up_head_starts_from_torchs_initialisation_or_the_codes_wider_one(sbm, head):
+    client = _client(sbm, warmup_head=head)  # embed_dim 16, C = 5: torch's bound 1/4, the code's 1/sqrt(5)
+    with client.own_rng():
+        heads = [client._warmup_head() for _ in range(20)]
+    top = max(float(q.detach().abs().max()) for h in heads for q in h.parameters())
+    if head == "code":
+        assert 0.25 < top <= 5 ** -0.5
+    else:
+        assert top <= 0.25

@@ -182,10 +182,20 @@ class FedLoGClient:
         with self.own_rng():
             return self._warmup()
 
+    def _warmup_head(self) -> torch.nn.Linear:
+        """The warm-up's Linear head D -> C: torch's initialisation (U(±1/√D)), or with warmup_head=code
+        the code's own Linear, U(±1/√C) for weight and bias (embedder/Linear.py: 1/√out_features)."""
+        head = torch.nn.Linear(self.p.embed_dim, self.C)
+        if self.p.warmup_head == "code":
+            bound = 1.0 / math.sqrt(self.C)
+            for q in head.parameters():
+                torch.nn.init.uniform_(q, -bound, bound)
+        return head
+
     def _warmup(self) -> int:
         p, d = self.p, self.data
         code = p.warmup_form == "code"
-        head = torch.nn.Linear(p.embed_dim, self.C)
+        head = self._warmup_head()
         opt = torch.optim.Adam([*self.model.embedder.parameters(), *head.parameters()], lr=p.lr,
                                weight_decay=p.weight_decay)
         best, best_state, wait, epochs = -1.0, None, 0, 0
