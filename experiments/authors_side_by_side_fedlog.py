@@ -20,7 +20,9 @@ from a Google Drive archive, not reachable here), so privfgl makes the clients o
 
 Results are kept per seed (--seeds picks which to run), so calls can run seeds side by side and a
 run cut off by time leaves the finished seeds. Both report the seen test accuracy at the round of
-best (seen) validation accuracy, weighted over clients by test nodes. Results land in
+best (seen) validation accuracy, pooled over the clients' test nodes (privfgl's test_acc_micro; main.py
+weighs each client's accuracy by its test count). The rounds are each code's own selection; privfgl's
+runs also keep the round main.py's rule would pick (code_selection) and the accuracy there. Results land in
 WORK/results.json cell by cell, stage by stage and seed by seed (a later call runs only the missing
 ones); the tables go to docs/authors-side-by-side.md's block
 `authors_side_by_side_fedlog`: per cell the paper (Table 1(a)), both codes, each side's wall
@@ -214,10 +216,37 @@ def run_privfgl(work: Path, cell: str, seed: int, budget: tuple[int, int] = FULL
               "method_params": {"generator_epochs": budget[1], **(params or {})}}
     cfg = file_config(export(work, cell), spec.dataset, spec.clients, seed, **common)
     start = time.perf_counter()
-    record, _ = run(cfg)
+    record, setup = run(cfg)
     seconds = time.perf_counter() - start
-    metrics = record["metrics"]
-    return {"acc": 100 * metrics["test_acc"], "seconds": seconds, "best_round": metrics["best_round"]}
+    missing = [len(c["missing_class"]) for c in json.loads((work / cell / "eval.json").read_text())["clients"]]
+    return {**scores(record["metrics"], setup.tracker.history, missing), "seconds": seconds}
+
+
+def scores(metrics: dict, history: list[dict], missing_counts: list[int]) -> dict:
+    """A privfgl run's results.json entry: acc, the test accuracy pooled over the clients' test nodes (as
+    main.py weighs them) at privfgl's selected round (best_round); acc_code_selection at the round main.py's
+    rule picks (code_selection); acc_node_weighted: privfgl's test_acc (clients weighted by node count), the
+    score of this table before it was pooled; curve: [round, val acc %, pooled test acc %] per round."""
+    code_round = code_selection(history, missing_counts)
+    return {"acc": 100 * metrics["test_acc_micro"], "acc_node_weighted": 100 * metrics["test_acc"],
+            "best_round": metrics["best_round"],
+            "acc_code_selection": 100 * history[code_round]["test_acc_micro"],
+            "best_round_code_selection": history[code_round]["round"],
+            "curve": [[e["round"], round(100 * e["val_acc"], 2), round(100 * e["test_acc_micro"], 2)] for e in history]}
+
+
+def code_selection(history: list[dict], missing_counts: list[int]) -> int:
+    """The round the authors' main.py would select from privfgl's per-round, per-client accuracies: its
+    validation accuracy weights client k by its missing-class test count (main.py reads index 6 of the
+    validation tuple, `acc_score_count_unseen_cls`, as the validation count; clients without such nodes
+    weigh nothing) and a later round wins a tie (`best_acc_val <= round_val_acc`). Index into history."""
+    best, chosen = 0.0, 0
+    total = sum(missing_counts)
+    for i, entry in enumerate(history):
+        val = sum(c["val_acc"] * n for c, n in zip(entry["per_client"], missing_counts, strict=True)) / total
+        if best <= val:
+            best, chosen = val, i
+    return chosen
 
 
 def per_seed(stage_results: dict | None) -> dict:
@@ -283,8 +312,11 @@ def table(results: dict, work: Path) -> str:
     return "\n".join([*rows, *([""] + extra if extra else []), "",
                       "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
                       f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
-                      "seen test accuracy at the round of best seen validation accuracy; mean ± population std; "
-                      "seconds: each side's mean wall time per run at one thread."]) + "\n"
+                      "seen test accuracy pooled over the clients' test nodes at each code's round of best seen "
+                      "validation accuracy (\"at main.py's round\": privfgl's run at the round main.py's rule picks, "
+                      "validation weighted by missing-class counts); mean ± population std; seconds: each side's "
+                      "mean wall time per run at one thread on the shared 2-core machine, so only their order "
+                      "means anything."]) + "\n"
 
 
 def key(cell: str, budget: tuple[int, int]) -> str:
@@ -299,18 +331,27 @@ def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[
 
 
 def ablation_table(results: dict) -> list[str]:
-    """privfgl's runs with other method params (stages `privfgl+KEY=VALUE,...`) beside its defaults and
-    the authors' code, where any were run."""
+    """privfgl's defaults and its runs with other method params (stages `privfgl+KEY=VALUE,...`) beside the
+    authors' code, where any were run; with each run's accuracy at the round main.py's rule picks
+    (code_selection; blank for runs stored before it was kept)."""
     rows = []
     for name, stages in results.items():
-        for stage in sorted(s for s in stages if s.startswith("privfgl+")):
-            if not rows:
-                rows = ["| cell | privfgl with | acc % | per seed | s per run | privfgl defaults | authors' code |",
-                        "|---|---|---|---|---|---|---|"]
-            r, base, peer = (per_seed(stages.get(k)) for k in (stage, "privfgl", "peer"))
-            label = name.replace("@", " (") + (")" if "@" in name else "")
-            rows.append(f"| {label} | `{stage.split('+', 1)[1]}` | {_cell(r)} | {_per_seed(r)} | {_seconds(r)} | "
-                        f"{_cell(base)} | {_cell(peer)} |")
+        variants = sorted(s for s in stages if s.startswith("privfgl+"))
+        if not variants:
+            continue
+        if not rows:
+            rows = ["| cell | privfgl with | acc % | per seed | at main.py's round | s per run | authors' code |",
+                    "|---|---|---|---|---|---|---|"]
+        peer = per_seed(stages.get("peer"))
+        label = name.replace("@", " (") + (")" if "@" in name else "")
+        for stage in ["privfgl", *variants]:
+            r = per_seed(stages.get(stage))
+            runs = (stages.get(stage) or {}).values()
+            code = [run["acc_code_selection"] for run in runs if "acc_code_selection" in run]
+            what = f"`{stage.split('+', 1)[1]}`" if "+" in stage else "its defaults"
+            rows.append(f"| {label} | {what} | {_cell(r)} | {_per_seed(r)} | "
+                        f"{mean_std(code) if len(code) == len(r['acc']) and code else ''} | {_seconds(r)} | "
+                        f"{_cell(peer)} |")
     return rows
 
 

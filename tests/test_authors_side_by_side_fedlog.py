@@ -86,11 +86,38 @@ def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_p
     def runs(acc, seeds=(0, 1, 2)):
         return {str(s): {"acc": acc, "seconds": 10.0, "best_round": 3} for s in seeds}
     results = {"cora-3@rounds=5,gen=10": {"peer": runs(80.0), "privfgl": runs(81.0),
-                                           "privfgl+warmup_form=code": runs(79.5, seeds=(0,))}}
+                                           "privfgl+warmup_form=code": runs(79.5, seeds=(0,)),
+                                           "privfgl+preset=code": {"0": {"acc": 82.0, "seconds": 10.0, "best_round": 3,
+                                                                         "acc_code_selection": 83.0}}}}
     text = script.table(results, tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| Cora") or line.startswith("| CiteSeer")]
     assert len(rows) == 7  # six cells at the full budget, not run, and Cora K=3 at the smaller one
     assert "| Cora K=3 (rounds=5,gen=10) | — | 80.00 ± 0.00 | 81.00 ± 0.00 |" in text
     assert "acc holds (floor 80.00); time holds" in text
     assert "| cora-3 (rounds=5,gen=10) | `warmup_form=code` | 79.50 ± 0.00 (1 of 3 seeds) |" in text
+    assert "| cora-3 (rounds=5,gen=10) | its defaults | 81.00 ± 0.00 |" in text
+    assert "| `preset=code` | 82.00 ± 0.00 (1 of 3 seeds) | 82.00 | 83.00 ± 0.00 | 10 | 80.00 ± 0.00 |" in text
     assert text.count("not measured") == 6
+
+
+def _entry(round_, val_accs, test_micro):
+    return {"round": round_, "val_acc": sum(val_accs) / len(val_accs), "test_acc_micro": test_micro,
+            "per_client": [{"val_acc": v} for v in val_accs]}
+
+
+def test_main_pys_round_weighs_validation_by_missing_class_counts_and_a_tie_goes_to_the_later_round():
+    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60), _entry(2, [0.3, 0.5], 0.70),
+               _entry(3, [0.1, 0.5], 0.80)]
+    # client 0 has no missing-class nodes: main.py weighs its validation accuracy by 0
+    assert _script().code_selection(history, [0, 7]) == 3  # rounds 1-3 tie at 0.5: the last one wins
+    assert _script().code_selection(history, [1, 0]) == 0
+
+
+def test_privfgl_is_scored_on_its_pooled_test_accuracy_as_main_py_weighs_clients():
+    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60)]
+    metrics = {"test_acc": 0.4, "test_acc_micro": 0.5, "best_round": 0}  # test_acc: weighted by node counts
+    got = _script().scores(metrics, history, [0, 3])
+    assert (got["acc"], got["best_round"], got["acc_code_selection"], got["best_round_code_selection"]) == \
+        (50.0, 0, 60.0, 1)
+    assert got["acc_node_weighted"] == 40.0
+    assert got["curve"] == [[0, 50.0, 50.0], [1, 35.0, 60.0]]

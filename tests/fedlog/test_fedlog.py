@@ -263,3 +263,104 @@ def test_a_run_is_the_same_whether_the_generators_come_from_the_cache_or_not(sbm
     assert (miss["time"]["caches"]["generators"]["miss"], hit["time"]["caches"]["generators"]["hit"]) == (k, k)
     assert hit["time"]["caches"]["generators"]["miss"] == 0
     assert miss["metrics"] == hit["metrics"]  # the cache's provenance sits under "time", not "metrics"
+
+
+# ---- the authors' code where it departs (docs/authors-side-by-side.md, "FedLoG"; preset=code) ------
+def _client(sbm, **params):
+    from privfgl.data import client_subgraphs, partition_nodes, split_clients
+    from privfgl.methods.fedlog.model import FedLoGModel
+    clients = client_subgraphs(sbm, partition_nodes(sbm, "metis", 2, seed=0))
+    split_clients(clients, 0.4, 0.3, 0.3, seed=0)
+    p = resolve_params({**SMALL, **params})
+    torch.manual_seed(0)
+    return FedLoGClient(0, clients[0], 5, p, FedLoGModel(64, p).state_dict(), initial_synthetic(5, 64, p, 0), 0)
+
+
+def test_preset_code_takes_every_departure_of_the_authors_code_and_the_defaults_take_none():
+    code, default = resolve_params({"preset": "code"}), resolve_params({})
+    departures = ("warmup_form", "warmup_monitor", "warmup_head", "generators", "batches", "optimizer_state")
+    assert [getattr(code, k) for k in departures] == ["code", "test", "code", "code", "floor", "round"]
+    assert [getattr(default, k) for k in departures] == ["full", "val", "torch", "paper", "ceil", "keep"]
+    with pytest.raises(ValueError, match="generators='trained'; valid: paper, code"):
+        resolve_params({"generators": "trained"})
+
+
+@pytest.mark.parametrize("batches", ["ceil", "floor"])
+def test_an_epoch_takes_every_training_node_or_the_codes_whole_minibatches_only(sbm, batches):
+    client = _client(sbm, batch_size=32, batches=batches)
+    assert client.n_train % 32, "the test needs a remainder"
+    seen = []
+    client.model.head.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[0]))
+    client.train_round(None)
+    if batches == "floor":  # floor(n/b) batches of b; the last n mod b nodes of the epoch's order are unused
+        assert seen == [32] * (client.n_train // 32)
+    else:
+        assert seen == [32] * (client.n_train // 32) + [client.n_train % 32]
+
+
+@pytest.mark.parametrize("state", ["keep", "round"])
+def test_adams_moments_carry_over_rounds_or_start_fresh_each_round_as_in_the_code(sbm, state):
+    client = _client(sbm, batch_size=64, optimizer_state=state)
+    steps = -(-client.n_train // 64)
+    for _ in range(2):
+        client.train_round(None)
+    adam_steps = {int(s["step"]) for s in client.opt.state.values()}
+    syn_steps = {int(s["step"]) for s in client.opt_syn.state.values()}
+    expected = steps if state == "round" else 2 * steps
+    assert adam_steps == syn_steps == {expected}
+
+
+@pytest.mark.parametrize("form", ["full", "code"])
+def test_the_warm_up_stops_on_the_test_nodes_with_warmup_monitor_test(sbm, form):
+    """monitor=test on a client is monitor=val on the same client with its validation nodes set to its
+    test nodes; with no validation nodes, monitor=val stops after patience + 1 epochs (full: ties do not count)."""
+    params = {"warmup_epochs": 12, "warmup_patience": 1, "batch_size": 32, "warmup_form": form}
+    a = _client(sbm, **params, warmup_monitor="test")
+    b = _client(sbm, **params, warmup_monitor="val")
+    a.data = a.data.clone()
+    a.data.val_mask = torch.zeros_like(a.data.val_mask)
+    b.data = b.data.clone()
+    b.data.val_mask = a.data.test_mask.clone()
+    ea, eb = a.warmup(), b.warmup()
+    assert ea == eb and all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                               b.model.state_dict().values()))
+    blind = _client(sbm, **params, warmup_monitor="val")
+    blind.data = a.data
+    assert blind.warmup() != ea or form == "code"  # code: a tie counts, so an empty mask never stops it
+    assert not all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                     blind.model.state_dict().values()))
+
+
+def test_the_generator_has_one_dropout_before_its_output_layer_as_the_codes_gen():
+    p = resolve_params({"generator_hidden": "8,16"})
+    from privfgl.methods.fedlog.generator import new_generator
+    kinds = [type(m).__name__ for m in new_generator(10, p, 0).mlp]
+    assert kinds == ["Linear", "ReLU", "Linear", "ReLU", "Dropout", "Linear", "Tanh"]
+
+
+def test_generators_code_are_untrained_the_same_on_every_client_and_draw_dropout(sbm):
+    from privfgl.methods.fedlog.generator import untrained_class_generators
+    p = resolve_params({**SMALL, "generators": "code"})
+    a, b = untrained_class_generators(64, 5, p, 7), untrained_class_generators(64, 5, p, 7)
+    assert sorted(a) == list(range(5)) and all(torch.equal(flat_params(a[c]), flat_params(b[c])) for c in a)
+    assert not torch.equal(flat_params(a[0]), flat_params(a[1]))  # one after another, not one copy
+    x = torch.randn(6, 64)
+    assert a[0].training and not torch.equal(a[0](x), a[0](x))  # training mode: dropout at every use
+    record, setup = fedlog(sbm, rounds=2, generators="code")
+    t = setup.federation.transcript
+    names = {m.name for party in t.parties() for m in t.view(party)}
+    assert "generator_update" not in names and "class_generators" not in names
+    assert record["time"]["caches"]["generators"] == {"hit": 0, "miss": 0, "seconds": 0.0}
+    assert "model_update" in names and record["metrics"]["test_acc"] > 0.3
+
+
+@pytest.mark.parametrize("head", ["torch", "code"])
+def test_the_warm_up_head_starts_from_torchs_initialisation_or_the_codes_wider_one(sbm, head):
+    client = _client(sbm, warmup_head=head)  # embed_dim 16, C = 5: torch's bound 1/4, the code's 1/sqrt(5)
+    with client.own_rng():
+        heads = [client._warmup_head() for _ in range(20)]
+    top = max(float(q.detach().abs().max()) for h in heads for q in h.parameters())
+    if head == "code":
+        assert 0.25 < top <= 5 ** -0.5
+    else:
+        assert top <= 0.25

@@ -45,12 +45,16 @@ class FedLoGClient:
         self.x_head = init_synthetic[0].clone().requires_grad_(True)
         self.x_tail = init_synthetic[1].clone().requires_grad_(True)
         self.gamma = torch.zeros(num_classes)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
-        self.opt_syn = torch.optim.Adam([self.x_head, self.x_tail], lr=p.lr_synthetic)
+        self._new_optimizers()
         self.rng = torch.Generator().manual_seed(seed * 1000 + k)   # minibatch order, within-class permutations
         counts = torch.bincount(data.y[self.train_idx], minlength=num_classes).double()
         self.n_train = int(self.train_idx.numel())
         self.class_rate = counts / max(self.n_train, 1)               # r_k^c on training nodes [P App B]
+
+    def _new_optimizers(self) -> None:
+        """Adam on φ_k (with weight decay) and a separate Adam on X_head, X_tail."""
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.p.lr, weight_decay=self.p.weight_decay)
+        self.opt_syn = torch.optim.Adam([self.x_head, self.x_tail], lr=self.p.lr_synthetic)
 
     @contextlib.contextmanager
     def own_rng(self):
@@ -104,17 +108,23 @@ class FedLoGClient:
         """`local_epochs` epochs of minibatches: L_cls + β L_norm (+ L_g on D_g when received; the
         code's joint loss, A.12.9), Adam on φ_k and on X_head, X_tail; γ_k's curriculum. L_g reads all
         of D_g at every step (global_per_step=all, [C]) or each D_g node once per epoch, spread over the
-        steps (share). Dropout draws from the client's own stream."""
+        steps (share). `batches=ceil`: ⌈n/b⌉ minibatches per epoch (every training node); `floor`: the
+        code's ⌊n/b⌋ (the last n mod b of the epoch's order unused). `optimizer_state=round`: fresh Adam
+        states each round (the code builds its optimizers in each round's process). Dropout (and, with
+        `generators=code`, the generators' dropout) draws from the client's own stream."""
         with self.own_rng():
             self._train_round(dg)
 
     def _train_round(self, dg: GlobalSynthetic | None) -> None:
         p, d = self.p, self.data
+        if p.optimizer_state == "round":
+            self._new_optimizers()
         self.model.train()
         alpha_all = gate(self.degree, p.tail_degree)
         for _ in range(p.local_epochs):
             order = self.train_idx[torch.randperm(self.n_train, generator=self.rng)]
-            steps = max(1, -(-self.n_train // p.batch_size))
+            whole = self.n_train // p.batch_size if p.batches == "floor" else -(-self.n_train // p.batch_size)
+            steps = max(1, whole)
             g_order = None if dg is None else torch.randperm(dg.y.numel(), generator=self.rng)
             for step in range(steps):
                 batch = order[step * p.batch_size:(step + 1) * p.batch_size]
@@ -166,14 +176,26 @@ class FedLoGClient:
         step per epoch, the best epoch's φ_E kept; `code`: the code's ⌊n/batch_size⌋ minibatch steps per
         epoch (each re-embeds the graph), a tie counts as an improvement, the last epoch's φ_E kept (its
         best checkpoint is overwritten by round 0's upload). Returns epochs run. The head's
-        initialisation, dropout and (code) minibatches draw from the client's own streams."""
+        initialisation, dropout and (code) minibatches draw from the client's own streams.
+        `warmup_monitor=test`: the early stopping reads the test nodes instead, as the code does (its
+        test labels then shape training: for comparison with the code only)."""
         with self.own_rng():
             return self._warmup()
+
+    def _warmup_head(self) -> torch.nn.Linear:
+        """The warm-up's Linear head D -> C: torch's initialisation (U(±1/√D)), or with warmup_head=code
+        the code's own Linear, U(±1/√C) for weight and bias (embedder/Linear.py: 1/√out_features)."""
+        head = torch.nn.Linear(self.p.embed_dim, self.C)
+        if self.p.warmup_head == "code":
+            bound = 1.0 / math.sqrt(self.C)
+            for q in head.parameters():
+                torch.nn.init.uniform_(q, -bound, bound)
+        return head
 
     def _warmup(self) -> int:
         p, d = self.p, self.data
         code = p.warmup_form == "code"
-        head = torch.nn.Linear(p.embed_dim, self.C)
+        head = self._warmup_head()
         opt = torch.optim.Adam([*self.model.embedder.parameters(), *head.parameters()], lr=p.lr,
                                weight_decay=p.weight_decay)
         best, best_state, wait, epochs = -1.0, None, 0, 0
@@ -193,7 +215,8 @@ class FedLoGClient:
             self.model.eval()
             with torch.no_grad():
                 pred = head(self.model.embedder(d.x, d.edge_index)).argmax(1)
-            acc = float((pred[d.val_mask] == d.y[d.val_mask]).double().mean()) if bool(d.val_mask.any()) else 0.0
+            watch = d.test_mask if p.warmup_monitor == "test" else d.val_mask
+            acc = float((pred[watch] == d.y[watch]).double().mean()) if bool(watch.any()) else 0.0
             if acc > best or (code and acc == best):
                 best, wait = acc, 0
                 best_state = {k: v.clone() for k, v in self.model.embedder.state_dict().items()}

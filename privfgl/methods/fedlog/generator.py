@@ -30,15 +30,15 @@ from privfgl.methods.fedlog.params import FedLoGParams, generator_widths
 
 
 class NeighbourGenerator(nn.Module):
-    """MLP d -> widths... -> d with ReLU and dropout, tanh output ([C])."""
+    """MLP d -> widths... -> d, ReLU after each hidden layer, dropout before the output layer only,
+    tanh output ([C]'s Gen: relu(fc1), relu(fc2), dropout, tanh(fc_flat))."""
 
     def __init__(self, dim: int, widths: tuple[int, ...], dropout: float):
         super().__init__()
-        sizes = (dim, *widths, dim)
         layers: list[nn.Module] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-            layers.append(nn.Linear(a, b))
-            layers += [nn.ReLU(), nn.Dropout(dropout)] if i < len(sizes) - 2 else [nn.Tanh()]
+        for a, b in zip((dim, *widths[:-1]), widths):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers += [nn.Dropout(dropout), nn.Linear(widths[-1], dim), nn.Tanh()]
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,6 +51,19 @@ def new_generator(dim: int, p: FedLoGParams, seed: int) -> NeighbourGenerator:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return NeighbourGenerator(dim, generator_widths(p), p.generator_dropout)
+
+
+def untrained_class_generators(dim: int, num_classes: int, p: FedLoGParams, seed: int) -> dict[int, NeighbourGenerator]:
+    """`generators=code`: the class generators the authors' clients use (spec A.12.5): one per class,
+    freshly initialised (one after another from `seed`, the same on every client, as [C]'s one Client
+    object is copied into each client process), never trained and left in training mode, so each use
+    draws new dropout from the caller's RNG. Nothing of them crosses the network."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        gens = {c: NeighbourGenerator(dim, generator_widths(p), p.generator_dropout) for c in range(num_classes)}
+    for gen in gens.values():
+        gen.requires_grad_(False)
+    return gens
 
 
 def flat_params(module: nn.Module) -> torch.Tensor:
@@ -131,6 +144,7 @@ def _digest(*parts) -> str:
     return h.hexdigest()[:16]
 
 
+GENERATOR_FORM = 2  # the architecture's version in the cache key (2: one dropout, before the output layer, as [C])
 _GENERATOR_KEYS = ("hidden", "embed_dim", "generator_hidden", "generator_epochs", "generator_gnns", "generator_lr",
                    "generator_dropout", "generator_grad_weight", "generator_gnns_per_epoch")
 
@@ -139,7 +153,8 @@ def pretrained_generator(x: torch.Tensor, edge_index: torch.Tensor, y: torch.Ten
                          num_classes: int, p: FedLoGParams, seed: int) -> tuple[torch.Tensor, dict]:
     """pretrain_generator, cached on disk by a digest of the client's data, the generator settings and
     the seed (a private cache of the client: it holds that client's generator only). A hit loads."""
-    key = _digest(x, edge_index, y, train_mask, num_classes, seed, [getattr(p, k) for k in _GENERATOR_KEYS])
+    key = _digest(x, edge_index, y, train_mask, num_classes, seed, GENERATOR_FORM,
+                  [getattr(p, k) for k in _GENERATOR_KEYS])
     path = cache_dir() / f"generator-{key}.pt"
     if path.exists():
         saved = torch.load(path)

@@ -10,6 +10,11 @@ MIXTURES = ("prob", "log")           # p = α p_head + (1-α) p_tail (paper) | t
 GAMMA_UPDATES = ("batch", "round")   # γ step after every minibatch ±step (code) | once per round, +step only (paper)
 WEIGHTINGS = ("train_nodes", "uniform")  # model averaging: by |V_k| (paper, training nodes) | plain mean (code)
 WARMUP_FORMS = ("full", "code")      # one full-batch step per epoch, best kept | the code's minibatches, last kept
+WARMUP_MONITORS = ("val", "test")    # the warm-up's early stopping reads the validation | test labels (the code's)
+GENERATORS = ("paper", "code")       # load the aggregated NG^c (Eq. 12) | the code's untrained ones, dropout on
+BATCHES = ("ceil", "floor")          # ceil(n/b) minibatches per epoch | the code's floor(n/b), remainder unused
+WARMUP_HEADS = ("torch", "code")    # the warm-up's Linear head: torch's initialisation | the code's U(±1/√C)
+OPTIMIZER_STATES = ("keep", "round")  # Adam's moments carry over rounds | fresh Adam every round (the code's)
 
 
 @dataclass(frozen=True)
@@ -47,12 +52,21 @@ class FedLoGParams:
     warmup_epochs: int = 100         # [C]'s round-0 pretraining of φ_E + a Linear head (early stop on validation, not test)
     warmup_patience: int = 10
     warmup_form: str = "full"        # full: one full-batch step per epoch, best kept | code: [C]'s minibatches
+    warmup_head: str = "torch"       # torch: nn.Linear's U(±1/√D) | code: [C]'s Linear, U(±1/√C) weight and bias
+    warmup_monitor: str = "val"      # val | test: [C] stops its warm-up on the test nodes (reads test labels)
+    generators: str = "paper"        # paper: NG^c loaded, frozen | code: [C]'s untrained generators (A.12.5)
+    batches: str = "ceil"            # ceil: every training node each epoch | floor: [C]'s floor(n/b) batches
+    optimizer_state: str = "keep"    # keep: one Adam per client for the run | round: [C]'s fresh Adam per round
 
 
 # The defaults are the authors' code's choices where it and the paper differ (spec A.12): they reproduce
 # Table 1(a) (docs/fedlog.md). `--method-param preset=paper` takes the paper's equations instead.
+# `preset=code` follows the authors' code also where privfgl's defaults keep the paper or a sound choice:
+# every departure found by reading it (docs/authors-side-by-side.md, "FedLoG"), test-mask early stopping included.
 PRESETS = {"paper": {"classifier": "paper", "mixture": "prob", "weighting": "train_nodes", "global_per_step": "share",
-                     "warmup_epochs": 0}}
+                     "warmup_epochs": 0},
+           "code": {"warmup_form": "code", "warmup_monitor": "test", "warmup_head": "code", "generators": "code", "batches": "floor",
+                    "optimizer_state": "round"}}
 
 
 def generator_widths(p: FedLoGParams) -> tuple[int, ...]:
@@ -69,6 +83,11 @@ def _check(p: FedLoGParams) -> None:
     need(p.global_per_step in ("all", "share"), "global_per_step", "all, share")
     need(p.weighting in WEIGHTINGS, "weighting", ", ".join(WEIGHTINGS))
     need(p.warmup_form in WARMUP_FORMS, "warmup_form", ", ".join(WARMUP_FORMS))
+    need(p.warmup_head in WARMUP_HEADS, "warmup_head", ", ".join(WARMUP_HEADS))
+    need(p.warmup_monitor in WARMUP_MONITORS, "warmup_monitor", ", ".join(WARMUP_MONITORS))
+    need(p.generators in GENERATORS, "generators", ", ".join(GENERATORS))
+    need(p.batches in BATCHES, "batches", ", ".join(BATCHES))
+    need(p.optimizer_state in OPTIMIZER_STATES, "optimizer_state", ", ".join(OPTIMIZER_STATES))
     for key in ("s", "hidden", "embed_dim", "batch_size", "local_epochs", "classifier_layers", "min_contributors",
                 "generator_gnns", "generator_gnns_per_epoch"):
         need(getattr(p, key) >= 1, key, "an integer >= 1")

@@ -4,6 +4,7 @@ once   server -> all   "global_model" φ_0 and "synthetic_seed" (common initiali
 once   all -> sum      "class_support" {r: r_k [C], holders: 1[r_k > 0] [C]}
 once   all -> sum      "generator_update" {ng: r_k^c·NG_k for shared classes [C, P], r: r_k^c [C]}   (Eq. 12)
 once   server -> all   "class_generators" {ng: [|shared|, P], classes}
+       (generators=code: neither generator message; each client makes the code's untrained generators)
 round r: clients train (r = 0: local fitting only; r >= 1: load φ, fitting + generalisation on D_g)
        all -> sum      "model_update" {w_k·φ_k, n: w_k}                             (A.4(a))
        all -> sum      "synthetic_update" {x_head: r_k^c·X_head,k (within-class permuted) [s·C, d], r: r_k^c [C]}  (Eq. 7)
@@ -30,7 +31,7 @@ import torch
 
 from privfgl.methods.base import Setup
 from privfgl.methods.fedlog.client import FedLoGClient, GlobalSynthetic, generator_module, initial_synthetic
-from privfgl.methods.fedlog.generator import flat_params, new_generator, pretrained_generator
+from privfgl.methods.fedlog.generator import flat_params, new_generator, pretrained_generator, untrained_class_generators
 from privfgl.methods.fedlog.model import FedLoGModel
 from privfgl.methods.fedlog.params import FedLoGParams, resolve_params
 from privfgl.methods.fedlog.server import class_generators, global_model, global_synthetic, shared_classes
@@ -67,6 +68,11 @@ def _generator_upload(k: int, state: dict, data, shared: torch.Tensor) -> dict:
 def _load_generators(k: int, state: dict, data, dim: int, p: FedLoGParams, ng: torch.Tensor,
                      classes: torch.Tensor) -> None:
     state["generators"] = {int(c): generator_module(dim, p, f) for c, f in zip(classes, ng)}
+
+
+def _untrained_generators(k: int, state: dict, data, dim: int, num_classes: int, p: FedLoGParams, seed: int) -> None:
+    """`generators=code`: the code's untrained class generators, the same on every client (a broadcast seed)."""
+    state["generators"] = untrained_class_generators(dim, num_classes, p, seed)
 
 
 def _warmup(k: int, state: dict, data) -> int:
@@ -125,16 +131,21 @@ def run_fedlog(setup: Setup) -> None:
     support = fed.aggregate(0, "class_support", clients.uploads(_support_upload))
     shared = shared_classes(support, p.min_contributors)
 
-    with timer.phase("generator_pretrain"):
-        gen_info = list(clients.each(_pretrain_generator, C, p, seed).values())
-    ng_sums = fed.aggregate(0, "generator_update", clients.uploads(_generator_upload, shared))
-    ng = class_generators(ng_sums["ng"], ng_sums, shared)  # divided by this sum's own Σ r (its survivors')
-    classes = sorted(ng)
-    with timer.phase("broadcast"):
-        got = fed.broadcast(0, "class_generators", {
-            "ng": torch.stack([ng[c] for c in classes]) if classes else torch.zeros(0, flat_params(new_generator(d, p, 0)).numel()),
-            "classes": torch.tensor(classes, dtype=torch.long)})
-    clients.train(_load_generators, d, p, got["ng"], got["classes"])
+    if p.generators == "code":  # the code's clients never receive NG^c (A.12.5): nothing pretrained or sent
+        gen_info = []
+        clients.train(_untrained_generators, d, C, p, seed)
+    else:
+        with timer.phase("generator_pretrain"):
+            gen_info = list(clients.each(_pretrain_generator, C, p, seed).values())
+        ng_sums = fed.aggregate(0, "generator_update", clients.uploads(_generator_upload, shared))
+        ng = class_generators(ng_sums["ng"], ng_sums, shared)  # divided by this sum's own Σ r (its survivors')
+        classes = sorted(ng)
+        with timer.phase("broadcast"):
+            got = fed.broadcast(0, "class_generators", {
+                "ng": torch.stack([ng[c] for c in classes]) if classes
+                else torch.zeros(0, flat_params(new_generator(d, p, 0)).numel()),
+                "classes": torch.tensor(classes, dtype=torch.long)})
+        clients.train(_load_generators, d, p, got["ng"], got["classes"])
 
     warmup = clients.each(_warmup) if p.warmup_epochs else None
     received, x_g, y_g = None, torch.zeros(0, d), torch.zeros(0, dtype=torch.long)
