@@ -41,7 +41,7 @@ import torch
 
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.estimators import per_step_bound
-from attacks.dp.gradient_canaries import GradientCanaries, Layout
+from attacks.dp.gradient_canaries import GradientCanaries, Layout, sgd_released_sum
 from attacks.dp.params import scale_and_confidence
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
@@ -207,9 +207,7 @@ class GapStepAudit(Attack):
         round's step along u_j over lr."""
         if aux.optimizer != "sgd":
             return directions.project(((w0 - w1) / aux.lr)[None])[0].numpy()
-        a = 1.0 - aux.lr * aux.weight_decay
-        big_a = sum(a ** s for s in range(aux.local_epochs))
-        released = aux.n_train * (a ** aux.local_epochs * w0 - w1) / aux.lr
+        released, big_a = sgd_released_sum(w0, w1, aux.n_train, aux.lr, aux.weight_decay, aux.local_epochs)
         return signs * directions.project(released[None])[0].numpy() / (big_a * aux.clip)
 
     def truth(self, setup, target: str) -> GapStepTruth:

@@ -89,3 +89,15 @@ class GradientCanaries:
                 "raw_norm_over_clip": self.scale, "support": self.support, "signed": self.signed, "seed": self.seed,
                 "note": "per-node gradients of one client, before the clip, every step; they hold no nodes and "
                         "never enter accuracy (attacks/dp/gradient_canaries.py)"}
+
+
+def sgd_released_sum(w0: torch.Tensor, w1: torch.Tensor, n_train: int, lr: float, weight_decay: float,
+                     local_epochs: int) -> tuple[torch.Tensor, float]:
+    """What a server recovers from one round of E plain-SGD steps on ĝ_s = (noisy clipped sum)_s / n:
+    w_E = a^E·w_0 − lr·Σ_s a^{E−1−s}·ĝ_s with a = 1 − lr·weight_decay, so Σ_s a^{E−1−s}·(noisy sum)_s =
+    n·(a^E·w_0 − w_E)/lr (same shape as w0, w1: [..., P]). Also returns A = Σ_s a^s, the factor on a
+    canary's constant per-step contribution."""
+    a = 1.0 - lr * weight_decay
+    big_a = sum(a ** s for s in range(local_epochs))
+    return n_train * (a ** local_epochs * w0 - w1) / lr, big_a
+

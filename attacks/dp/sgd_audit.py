@@ -34,7 +34,7 @@ import torch
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import CanaryDirections
 from attacks.dp.estimators import gaussian_fit_epsilon, per_step_bound
-from attacks.dp.gradient_canaries import GradientCanaries
+from attacks.dp.gradient_canaries import GradientCanaries, sgd_released_sum
 from attacks.dp.params import scale_and_confidence
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
@@ -155,9 +155,7 @@ class GradientCanaryAudit(Attack):
         w0, w1 = torch.stack(starts), torch.stack(ends)
         signs = np.stack(aux.signs)
         if aux.optimizer == "sgd":
-            a = 1.0 - aux.lr * aux.weight_decay
-            big_a = sum(a ** s for s in range(aux.local_epochs))
-            released = aux.n_train * (a ** aux.local_epochs * w0 - w1) / aux.lr  # Σ_s a^{E−1−s}·(noisy sum)_s
+            released, big_a = sgd_released_sum(w0, w1, aux.n_train, aux.lr, aux.weight_decay, aux.local_epochs)
             per_round = (signs * aux.directions.project(released).numpy() + big_a * (aux.slots - 1) * aux.clip) \
                 / (big_a * aux.sensitivity)
             offset = 0.5
