@@ -4,7 +4,6 @@ make the same run's 95 % bound exceed the ε the broken run reports, and DA3 (ha
 Runs are seeded (the DP noise too)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

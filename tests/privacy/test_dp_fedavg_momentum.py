@@ -8,7 +8,6 @@ from privfgl.data import contextual_sbm
 from privfgl.errors import ConfigError
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER, client_name
-from privfgl.federation.runtime import flatten
 from privfgl.methods.dp_fedavg import dp_fedavg_params
 
 K, ROUNDS, LR, BETA = 4, 4, 0.7, 0.9
