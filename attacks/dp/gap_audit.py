@@ -24,7 +24,7 @@ import numpy as np
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_edges import CanaryEdges
 from attacks.dp.estimators import per_step_bound
-from attacks.dp.params import confidence_level
+from attacks.dp.params import check_canaries_and_client, confidence_level
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.privacy.accounting import gaussian_epsilon
@@ -60,10 +60,7 @@ class CanaryEdgeAudit(Attack):
         return p is not None and not (p.unit == "node" and p.hops == 0)
 
     def __init__(self, canaries: int = 5000, client: int = 0, seed: int = 0, confidence: float | str = 0.95):
-        if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
-        if not isinstance(client, int) or client < 0:
-            raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")
+        check_canaries_and_client(canaries, client)
         confidence = confidence_level(confidence)
         self.canaries, self.client, self.seed, self.confidence = canaries, client, seed, confidence
         self.edges: CanaryEdges | None = None

@@ -42,7 +42,7 @@ import torch
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.estimators import per_step_bound
 from attacks.dp.gradient_canaries import GradientCanaries, Layout, sgd_released_sum
-from attacks.dp.params import scale_and_confidence
+from attacks.dp.params import check_canaries_and_client, scale_and_confidence
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
@@ -128,10 +128,7 @@ class GapStepAudit(Attack):
         if stage != "steps":
             raise ValueError(f"dp-audit: stage={stage!r}: this design audits GAP's DP-SGD steps; valid: steps "
                              "(GAP's hops: leave stage out)")
-        if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
-        if not isinstance(client, int) or client < 0:
-            raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")
+        check_canaries_and_client(canaries, client)
         if not isinstance(support, int) or support < 1:
             raise ValueError(f"dp-audit: support={support!r}: expected an integer >= 1")
         scale, confidence = scale_and_confidence(scale, confidence)

@@ -29,7 +29,7 @@ import torch
 from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import fair_coins
 from attacks.dp.estimators import guess_counts, one_run_epsilon
-from attacks.dp.params import confidence_level
+from attacks.dp.params import check_canaries_and_client, confidence_level
 from attacks.dp.scoring import BASELINE, K_FRACTIONS, verdict
 from attacks.view import AdversaryView
 
@@ -88,10 +88,7 @@ class CanaryPairAudit(Attack):
         return method == "lapgraph"
 
     def __init__(self, canaries: int = 20000, client: int = 0, seed: int = 0, confidence: float | str = 0.95):
-        if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
-        if not isinstance(client, int) or client < 0:
-            raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")
+        check_canaries_and_client(canaries, client)
         self.canaries, self.client, self.seed = canaries, client, seed
         self.confidence = confidence_level(confidence)
         self.pairs: CanaryPairs | None = None

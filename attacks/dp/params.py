@@ -23,3 +23,12 @@ def scale_and_confidence(scale, confidence) -> tuple[float, float]:
     if not scale >= 1:
         raise ValueError(f"dp-audit: scale={scale}: the canary's raw norm in units of the clip; valid: >= 1")
     return scale, confidence_level(confidence)
+
+
+def check_canaries_and_client(canaries, client) -> None:
+    """canaries an integer ≥ 4, client an index ≥ 0 (the designs that place canaries in one client); ValueError
+    naming the bad one otherwise."""
+    if not isinstance(canaries, int) or canaries < 4:
+        raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
+    if not isinstance(client, int) or client < 0:
+        raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")

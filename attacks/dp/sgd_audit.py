@@ -35,7 +35,7 @@ from attacks.base import Attack, Knowledge, NoInput
 from attacks.dp.canary_clients import CanaryDirections
 from attacks.dp.estimators import gaussian_fit_epsilon, per_step_bound
 from attacks.dp.gradient_canaries import GradientCanaries, sgd_released_sum
-from attacks.dp.params import scale_and_confidence
+from attacks.dp.params import check_canaries_and_client, scale_and_confidence
 from attacks.dp.scoring import BASELINE, per_round_metrics, score_bounds, verdict
 from attacks.view import AdversaryView
 from privfgl.federation import SERVER
@@ -92,10 +92,7 @@ class GradientCanaryAudit(Attack):
 
     def __init__(self, canaries: int = 10000, client: int = 0, seed: int = 0, scale: int | str = 10,
                  support: int = 1, view: str = "rounds", confidence: float | str = 0.95):
-        if not isinstance(canaries, int) or canaries < 4:
-            raise ValueError(f"dp-audit: canaries={canaries!r}: expected an integer >= 4")
-        if not isinstance(client, int) or client < 0:
-            raise ValueError(f"dp-audit: client={client!r}: expected a client index >= 0")
+        check_canaries_and_client(canaries, client)
         if not isinstance(support, int) or support < 1:
             raise ValueError(f"dp-audit: support={support!r}: expected an integer >= 1")
         if view != "rounds":
