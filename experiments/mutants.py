@@ -1007,14 +1007,14 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
      ["tests/lapgraph/test_lapgraph_runs.py", "-k", "released_graph"]),
     ("NDA1", "node-level GAP's DP-SGD steps noised at a quarter of the calibrated std (sigma/4)",
      "privfgl/methods/gap/node.py",
-     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, clip, mechanism, source, denominator, extra)",
      "noisy = private_gradient(grads, clip, GaussianMechanism(mechanism.noise_multiplier / 4, "
-     "mechanism.l2_sensitivity), source, float(len(y)), extra)",
+     "mechanism.l2_sensitivity), source, denominator, extra)",
      ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
     ("NDA2", "node-level GAP's DP-SGD steps without the per-node clip (noise still sized to C)",
      "privfgl/methods/gap/node.py",
-     "noisy = private_gradient(grads, clip, mechanism, source, float(len(y)), extra)",
-     "noisy = private_gradient(grads, float('inf'), mechanism, source, float(len(y)), extra)",
+     "noisy = private_gradient(grads, clip, mechanism, source, denominator, extra)",
+     "noisy = private_gradient(grads, float('inf'), mechanism, source, denominator, extra)",
      ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sgd_bound or dp_mlp"]),
     ('DFK1', 'DP-FedAvg server momentum ignored (v = this round\'s mean)', 'privfgl/methods/dp_fedavg.py',
      'self.beta * self.velocity[n] + mean if n in self.velocity else mean',
@@ -1059,6 +1059,15 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("PLA9", "FedLoG's warmup_head=code keeps torch's initialisation of the warm-up head",
      "privfgl/methods/fedlog/client.py", '        if self.p.warmup_head == "code":\n', '        if False:\n',
      ["tests/fedlog/test_fedlog.py", "-k", "warm_up_head"]),
+    ("LPS1", "node-level GAP's steps skip the Poisson sampling (every node every step) while the accountant "
+     "charges rate q", "privfgl/methods/gap/node.py",
+     "    if sample_rate < 1:\n        inputs, y, extra = poisson_sample(",
+     "    if sample_rate < 0:\n        inputs, y, extra = poisson_sample(",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sampled"]),
+    ("LPS2", "node-level GAP's Poisson coins land at 2q, not the q the accountant charges",
+     "privfgl/methods/gap/node.py", "keep = source.coins(len(y) + rows, sample_rate)",
+     "keep = source.coins(len(y) + rows, min(1.0, 2 * sample_rate))",
+     ["tests/attacks/test_dp_audit_gap_steps.py", "-k", "sampled"]),
 ]
 
 

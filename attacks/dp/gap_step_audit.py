@@ -7,8 +7,8 @@ gradients of every encoder and classifier step, scored from the server's view.
 `hops=0`, which has no hops to audit, without it).
 
 The mechanism (privfgl/methods/gap/node.py). Every step of the encoder (encoder_rounds·E) and of the
-classifier (rounds·E) releases Σ_t clip(g_t) + N(0, (σC)²) over the client's training nodes, divided by
-their public count n. A node's per-node gradient depends on its own features, label and cached hop rows only
+classifier (rounds·E) releases Σ_t clip(g_t) + N(0, (σC)²) over the client's training nodes (all of them,
+or a Poisson sample at `sample_rate` q < 1), divided by q·n, n their public count. A node's per-node gradient depends on its own features, label and cached hop rows only
 (no other node's gradient moves when it leaves), so the sensitivity is C, not dp-sgd's C·(2N_D − 1).
 
 Canaries: N canary nodes, each with one coin (the auditor's secret) and one Dirac direction in EACH part's
@@ -16,20 +16,26 @@ parameter space (disjoint within a part; GradientCanaries with one slot per part
 coins). An in-canary adds one per-node gradient Λ·ς_tj·u_j (Λ = scale·C, clipped to C) to every step of
 both parts; an out-canary adds nothing: the two worlds' clipped sums differ by C·u_j, the accounted
 sensitivity, in every step, as one node present in all the audited steps. They hold no nodes, are not in n,
-never enter accuracy; the record's `gradient_canaries` block says how many were inserted and where.
+never enter accuracy; the record's `gradient_canaries` block says how many were inserted and where. At
+q < 1 the mechanism samples each in-canary's row as it samples a node (its own coin per step), so the
+canary is one node at rate q, as the accountant assumes.
 
 Adversary: the server. It reads the audited client's upload of every round (n·W with n = 1 at node level:
 the model itself; readable under `plain`, a masked upload is refused) and its own broadcast before it
 (round 0: the public initial model, its first broadcast).
 - optimizer=sgd: the server unrolls w_E = a^E·w_0 − lr·Σ_s a^{E−1−s}·ĝ_s (a = 1 − lr·weight_decay) to
-  n·(a^E·w_0 − w_E)/lr; per round and canary o_tj = ς_tj·⟨that, u_j⟩/(A·C), A = Σ_s a^s: 1 + N(0, σ²B/A²)
+  q·n·(a^E·w_0 − w_E)/lr; per round and canary o_tj = ς_tj·⟨that, u_j⟩/(A·C), A = Σ_s a^s: 1 + N(0, σ²B/A²)
   in, N(0, σ²B/A²) out (B = Σ_s a^{2s}; plus the real gradients' small projections). `epsilon_lower_bound`
   is the per-round bound (threshold 1/2 fixed by the design, Clopper-Pearson, √R·μ over the R = encoder_rounds
-  + rounds rounds of both parts, whose observations are identically distributed under the claim).
+  + rounds rounds of both parts, whose observations are identically distributed under the claim). At q < 1
+  an in-canary's mean shift is carried only by the steps that drew it (Σ_s coin_s·a^{E−1−s}/A): a mixture,
+  not a Gaussian shift, so the per-round bound does not apply: `epsilon_lower_bound` is then Steinke et al.'s one-run bound (`one_run`), valid for
+  any (ε, δ) mechanism.
 - optimizer=adam (the default): not invertible per round; unsigned canaries, score Σ_t⟨w_0 − w_E, u_j⟩/lr
-  over both parts, `epsilon_lower_bound` the Gaussian f-DP one-run bound (sgd_audit.py's Adam route).
+  over both parts, `epsilon_lower_bound` the Gaussian f-DP one-run bound (sgd_audit.py's Adam route; at
+  q < 1, where the steps are not Gaussian, the one-run bound `one_run`).
 The claim audited: the steps' own ε, `epsilon_accountant_steps` = the accountant's ε of the
-(encoder_rounds + rounds)·E Gaussian steps of noise multiplier σ at rate 1. The record's ε also pays for the
+(encoder_rounds + rounds)·E Gaussian steps of noise multiplier σ at rate q. The record's ε also pays for the
 K hops (audited by gap_audit.py's canary nodes); with hops=0 the two are equal.
 """
 from __future__ import annotations
@@ -86,9 +92,11 @@ class GapStepCanaries:
 @dataclass(frozen=True)
 class GapStepAux:
     """The server's knowledge: the canary design (public directions and signs; coins not read), the audited
-    client, its public training-node count, the optimizer settings, C and the rounds of each part."""
+    client, its public training-node count, the steps' sampling rate, the optimizer settings, C and the rounds
+    of each part."""
     canaries: GapStepCanaries
     n_train: int
+    sample_rate: float
     optimizer: str
     lr: float
     weight_decay: float
@@ -165,7 +173,8 @@ class GapStepAudit(Attack):
         if self.inserted is None:
             raise NoInput("dp-audit: no gradient canaries took part (prepare was not called before the run)")
         p, cfg, m = resolve_params(setup.method.params), setup.model, setup.method
-        return GapStepAux(self.inserted, int(setup.clients[self.client].train_mask.sum()), cfg.optimizer, cfg.lr,
+        return GapStepAux(self.inserted, int(setup.clients[self.client].train_mask.sum()), p.sample_rate,
+                          cfg.optimizer, cfg.lr,
                           cfg.weight_decay, m.local_epochs, p.clip,
                           {"encoder": p.encoder_rounds, "classifier": m.rounds})
 
@@ -204,7 +213,8 @@ class GapStepAudit(Attack):
         round's step along u_j over lr."""
         if aux.optimizer != "sgd":
             return directions.project(((w0 - w1) / aux.lr)[None])[0].numpy()
-        released, big_a = sgd_released_sum(w0, w1, aux.n_train, aux.lr, aux.weight_decay, aux.local_epochs)
+        released, big_a = sgd_released_sum(w0, w1, aux.sample_rate * aux.n_train, aux.lr, aux.weight_decay,
+                                           aux.local_epochs)
         return signs * directions.project(released[None])[0].numpy() / (big_a * aux.clip)
 
     def truth(self, setup, target: str) -> GapStepTruth:
@@ -212,7 +222,7 @@ class GapStepAudit(Attack):
         dp, m = report["dp"], setup.method
         stages = dp["releases_by_stage"]
         steps = stages["encoder_steps"] + stages["classifier_steps"]
-        eps_steps = gaussian_epsilon([(dp["sigma"], 1.0, steps)], report["delta"], report["accountant"])
+        eps_steps = gaussian_epsilon([(dp["sigma"], dp["sample_rate"], steps)], report["delta"], report["accountant"])
         from privfgl.methods.gap.params import resolve_params
         rounds = resolve_params(m.params).encoder_rounds + m.rounds  # R: both parts' FedAvg rounds
         return GapStepTruth(self.inserted.coins.copy(), float(report["epsilon"]), eps_steps, float(report["delta"]),
@@ -222,15 +232,17 @@ class GapStepAudit(Attack):
         c, delta, conf = truth.coins, truth.delta, self.confidence
         bounds, score_metrics = score_bounds(rec.scores, c, truth.epsilon_steps, delta, conf, self.seed)
         per_round = {}
-        if aux.optimizer == "sgd":
+        if aux.optimizer == "sgd" and aux.sample_rate == 1:
             stat_in, stat_out = rec.per_round[:, c][rec.possible[:, c]], rec.per_round[:, ~c][rec.possible[:, ~c]]
             per_step = per_step_bound(stat_in, stat_out, 0.5, truth.rounds, delta, "gaussian", conf)
             bounds["per_round"] = per_step.epsilon_lower
             per_round = per_round_metrics(per_step, stat_in, stat_out, truth.rounds, delta, conf, self.seed)
-        estimator = "per_round" if aux.optimizer == "sgd" else "one_run_fdp"  # fixed by the optimizer
+        estimator = ("one_run" if aux.sample_rate < 1 else  # fixed by the design: sampling, then the optimizer
+                     "per_round" if aux.optimizer == "sgd" else "one_run_fdp")
         metrics = {"epsilon_lower_bound": bounds[estimator], "epsilon_accountant": truth.epsilon_accountant,
                    "epsilon_accountant_steps": truth.epsilon_steps, "confidence": conf, "estimator": estimator,
                    "canaries": len(c), "canaries_in": int(c.sum()), "view": "rounds", "optimizer": aux.optimizer,
+                   "sample_rate": aux.sample_rate,
                    "client": aux.canaries.client, "rounds": truth.rounds, "delta": delta,
                    **verdict(bounds[estimator], truth.epsilon_steps), **score_metrics, **per_round}
         return metrics, dict(BASELINE)

@@ -91,9 +91,10 @@ class GradientCanaries:
                         "never enter accuracy (attacks/dp/gradient_canaries.py)"}
 
 
-def sgd_released_sum(w0: torch.Tensor, w1: torch.Tensor, n_train: int, lr: float, weight_decay: float,
+def sgd_released_sum(w0: torch.Tensor, w1: torch.Tensor, n_train: float, lr: float, weight_decay: float,
                      local_epochs: int) -> tuple[torch.Tensor, float]:
-    """What a server recovers from one round of E plain-SGD steps on ĝ_s = (noisy clipped sum)_s / n:
+    """What a server recovers from one round of E plain-SGD steps on ĝ_s = (noisy clipped sum)_s / n (n: the
+    step's public denominator, q·n under Poisson sampling):
     w_E = a^E·w_0 − lr·Σ_s a^{E−1−s}·ĝ_s with a = 1 − lr·weight_decay, so Σ_s a^{E−1−s}·(noisy sum)_s =
     n·(a^E·w_0 − w_E)/lr (same shape as w0, w1: [..., P]). Also returns A = Σ_s a^s, the factor on a
     canary's constant per-step contribution."""

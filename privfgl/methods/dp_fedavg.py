@@ -112,7 +112,7 @@ class DPFedAvgReport:
 def draw_participation(sampler: NoiseSource, num_clients: int, q: float) -> list[bool]:
     """One round's Poisson sampling: each client takes part independently with probability q (the rate
     the accountant is told), from `sampler`'s coins."""
-    return (sampler.uniform(num_clients) < q).tolist()
+    return sampler.coins(num_clients, q).tolist()
 
 
 def own_coin_upload(q: float):

@@ -35,7 +35,7 @@ def clip_rows(x: torch.Tensor, bound: float, norm: int = 2) -> torch.Tensor:
     """x [n, ...]: every row x_i scaled so that ||x_i||_norm ≤ bound."""
     _check(bound, norm)
     x = x.double()
-    flat = x.reshape(x.shape[0], -1)
+    flat = x.reshape(x.shape[0], x.shape[1:].numel())
     factor = _factor(torch.linalg.vector_norm(flat, ord=norm, dim=1), bound)
     return (flat * factor[:, None]).reshape(x.shape)
 

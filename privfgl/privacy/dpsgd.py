@@ -252,12 +252,12 @@ def private_gradient(grads: Params, clip: float, mechanism: GaussianMechanism, s
     """(Σ_t clip(g_t) + N(0, (σΔ)²)) / denominator, per parameter; grads {name: [T, *shape]}, flattened in
     their order; `extra`: more per-node gradients in that flat layout (clipped_sum)."""
     names = list(grads)
-    flat = torch.cat([grads[n].reshape(grads[n].shape[0], -1) for n in names], dim=1)
+    flat = torch.cat([grads[n].reshape(grads[n].shape[0], grads[n].shape[1:].numel()) for n in names], dim=1)
     total = clipped_sum(flat, clip, extra)
     noisy = (total + mechanism.noise(total.shape, source)) / denominator
     out, i = {}, 0
     for n in names:
-        size = grads[n][0].numel()
+        size = grads[n].shape[1:].numel()
         out[n] = noisy[i:i + size].reshape(grads[n].shape[1:]).to(grads[n].dtype)
         i += size
     return out

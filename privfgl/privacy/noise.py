@@ -1,5 +1,6 @@
-"""Where DP noise (and DP-FedAvg's sampling coins) come from: the OS's cryptographic entropy (the
-default everywhere, `secure=True`) or a seeded torch.Generator (reproducible experiments only).
+"""Where DP noise (and the sampling coins of DP-FedAvg and of GAP's DP-SGD) come from: the OS's
+cryptographic entropy (the default everywhere, `secure=True`) or a seeded torch.Generator (reproducible
+experiments only).
 
 A seeded source is reproducible by anyone who knows the seed, and the seed is in the run record:
 such a reader regenerates the noise and subtracts it (attacks/dp/dp_noise_removal.py), so ε then holds
@@ -73,6 +74,10 @@ class NoiseSource:
             return u.clamp_(min=2.0 ** -53)  # torch.rand is [0, 1): keep log() finite
         bits = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
         return torch.from_numpy((bits.astype(np.float64) + 0.5) * 2.0 ** -53)
+
+    def coins(self, n: int, p: float) -> torch.Tensor:
+        """n independent Bernoulli(p) coins [n] bool (Poisson sampling's inclusions), from `uniform`."""
+        return self.uniform(n) < p
 
     def gaussian(self, shape: tuple[int, ...] | torch.Size, std: float) -> torch.Tensor:
         """N(0, std²) noise of `shape`, float64."""

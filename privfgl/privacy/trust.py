@@ -124,6 +124,9 @@ def trust_block(protocol, dp: dict | None, spec=None) -> dict:
         dp_trust["why"] = "local DP: every upload is noised before it leaves the client"
     elif dp.get("method") == "dp-sgd":
         dp_trust["why"] = "DP-SGD: each client noises its own gradients; what it uploads is already a DP output"
+    elif dp.get("method") == "gap" and str(dp.get("unit", "")).startswith("one node"):
+        dp_trust["why"] = ("GAP at node level: each client noises its own hop aggregations once and every DP-SGD step "
+                           "of its encoder and classifier; what it uploads is post-processing of those releases")
     elif dp.get("method") == "gap":
         dp_trust["why"] = ("GAP: each client noises its own hop aggregations once; what it uploads is post-processing "
                            "of them and of its features and labels, which edge-level DP does not protect")

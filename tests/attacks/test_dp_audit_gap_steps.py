@@ -19,13 +19,13 @@ from privfgl.privacy.accounting import gaussian_epsilon
 
 
 def audited_run(epsilon: float = 3.0, hops: int = 2, optimizer: str = "sgd", canaries: int = 1000,
-                **attack):
+                sample_rate: float = 1.0, **attack):
     """One audited node-level GAP run (sbm, 3 clients, 4 encoder and 4 classifier rounds of one step, D = 4,
     hidden 32, noise seed 11): (the design's metrics, the record, the design, the setup, the config)."""
     cfg = config_for({"method": "gap", "dataset": "sbm", "clients": 3, "rounds": 4, "local_epochs": 1,
                       "optimizer": optimizer, "hidden": 32, "progress": False, "transcript": "all", "threads": 1,
                       "method_params": {"unit": "node", "hops": hops, "degree": 4, "epsilon": epsilon,
-                                        "encoder_rounds": 4, "seed": 11}})
+                                        "encoder_rounds": 4, "seed": 11, "sample_rate": sample_rate}})
     attacks = [DPAudit(canaries=canaries, **attack)]
     record, setup = run(cfg, prepare=prepare_attacks(attacks, cfg.method))
     return run_attacks(setup, cfg, attacks, "server")[0].metrics, record, attacks[0].design, setup, cfg
@@ -113,3 +113,47 @@ def test_canaries_are_one_clipped_gradient_in_both_parts_with_one_coin():
         assert len(indices) == int(can.coins.sum())
         assert np.allclose(values.abs().numpy(), 10.0)
         assert np.array_equal(can.parts[part].coins, can.coins)
+
+
+@pytest.fixture(scope="module")
+def sampled_run():
+    """The DP-MLP (hops = 0) with Poisson-sampled steps at q = 1/4, ε = 2 over its 8 steps."""
+    return audited_run(epsilon=2.0, hops=0, sample_rate=0.25, stage="steps")
+
+
+def test_the_sampled_steps_bound_stays_under_their_epsilon_at_rate_q(sampled_run):
+    """At q < 1 the steps are subsampled Gaussians, not Gaussian shifts: the estimator is the one-run bound
+    (valid for any (ε, δ) mechanism) against the accountant's ε of the 8 steps at rate q (LPS1, the sampling
+    skipped while the accountant still charges q, must push it above)."""
+    m, record, _, _, _ = sampled_run
+    dp = record["privacy"]["dp"]
+    assert dp["sample_rate"] == 0.25 and dp["sampling"].startswith("Poisson")
+    assert m["estimator"] == "one_run" and m["sample_rate"] == 0.25
+    assert m["epsilon_accountant_steps"] == pytest.approx(gaussian_epsilon([(dp["sigma"], 0.25, 8)], 1e-5, "rdp"))
+    assert m["epsilon_accountant_steps"] == pytest.approx(record["privacy"]["epsilon"])
+    assert not m["caught"] and m["epsilon_lower_bound"] <= m["epsilon_accountant_steps"]
+
+
+def test_a_sampled_in_canary_lands_at_rate_q_in_each_round_independently():
+    """The sampling coins the amplification rests on, from the server's view (q = 1/4, ε = 8, 1,200 canaries,
+    one step a round): an in-canary's per-round statistic is 1 + N(0, σ²) in the rounds whose step drew it and
+    N(0, σ²) in the others, the mixture q·N(1, σ²) + (1 − q)·N(0, σ²) (Kolmogorov-Smirnov); its mean is q (the
+    coins' width: LPS2, coins at 2q, fails here) and its rounds are uncorrelated (the coins' independence: one
+    coin for all rounds would give a covariance of q(1 − q), 10 standard errors away)."""
+    _, record, design, setup, cfg = audited_run(epsilon=8.0, hops=0, sample_rate=0.25, canaries=1200,
+                                                stage="steps")
+    view = adversary_view(setup.federation.transcript, "server")
+    rec = design.attack(view, design.declare_aux(setup, public_knowledge(setup, cfg), "canaries"))
+    sigma, coins, q = record["privacy"]["dp"]["sigma"], design.inserted.coins, 0.25
+    ins, outs = rec.per_round[:, coins], rec.per_round[:, ~coins]
+    assert rec.possible.all() and ins.shape[0] == 8
+
+    def mixture(x):
+        return q * stats.norm.cdf(x - 1, scale=sigma) + (1 - q) * stats.norm.cdf(x, scale=sigma)
+    assert stats.kstest(ins.ravel(), mixture).pvalue > 1e-3
+    assert stats.kstest(outs.ravel() / sigma, "norm").pvalue > 1e-3
+    var = sigma ** 2 + q * (1 - q)
+    assert abs(ins.mean() - q) < 4 * np.sqrt(var / ins.size)
+    lagged = ((ins[:-1] - q) * (ins[1:] - q)).ravel()
+    se = var / np.sqrt(lagged.size)
+    assert abs(lagged.mean()) < 4 * se and q * (1 - q) > 10 * se

@@ -11,6 +11,9 @@
                     client's nodes, checked at the run)
     degree          (unit=node) D = 10: every node keeps at most D neighbours (privfgl's local degree bound)
     clip            (unit=node) C = 1.0: the L2 bound on every per-node gradient
+    sample_rate     (unit=node) q = 1.0: each DP-SGD step takes each training node independently with
+                    probability q (Poisson sampling, the client's own coins), accounted as the subsampled
+                    Gaussian at rate q; 1 is full batch
     accountant      rdp (default) or prv
     hops            K = 2 aggregation hops (0: no graph, an MLP on the encoder's embeddings, ε = 0)
     encoder_rounds  FedAvg rounds of the encoder before the aggregation (default 50)
@@ -44,6 +47,7 @@ class GapParams:
     encoder_layers: int = 2
     degree: int = 10
     clip: float = 1.0
+    sample_rate: float = 1.0
     seed: str = OS
 
     @property
@@ -80,6 +84,10 @@ def _check(p: GapParams) -> None:
         raise bad_param("gap", "degree", p.degree, "an integer >= 1")
     if not p.clip > 0:
         raise bad_param("gap", "clip", p.clip, "a number > 0")
+    if not 0 < p.sample_rate <= 1:
+        raise bad_param("gap", "sample_rate", p.sample_rate, "a number in (0, 1]")
+    if p.unit != "node" and p.sample_rate != 1:
+        raise bad_param("gap", "sample_rate", p.sample_rate, "1 at unit=edge (no DP-SGD steps to sample)")
     if p.seed != OS:
         try:
             int(p.seed)

@@ -8,7 +8,8 @@ clients train a classifier on the cached noisy aggregations by FedAvg through `-
    embeddings, K noisy hops on the client's own edges; cached.
 3. Classifier (`rounds` FedAvg rounds, "model_update"): model.Classifier on the cached [X_0..X_K].
 Node-level DP (`unit=node`, node.py): the hops run on the degree-bounded graph and steps 1 and 3 are
-DP-SGD, every step and hop composed by one accountant (accounting.py).
+DP-SGD (full batch, or Poisson-sampled at `sample_rate`), every step and hop composed by one accountant
+(accounting.py).
 Edge-level DP (unit: one edge of a client's graph; `edge=undirected|directed`): everything a client
 sends after step 2 is post-processing of its noisy hops and of its features and labels, which
 edge-level DP does not protect (nor the encoder's uploads, which depend on no edge). σ comes from the
@@ -60,6 +61,8 @@ class GapReport:
         if p.unit == "node":
             unit = "one node (features, label, incident edges) of a client's graph, degree-bounded to D"
             extra = {"degree_bound": p.degree, "clip": p.clip, "sgd_noise_std": self.sigma * p.clip,
+                     "sampling": "full batch" if p.sample_rate == 1 else
+                     "Poisson: each step takes each training node with probability sample_rate (the hops: rate 1)",
                      "assumption": ASSUMPTION}
         else:
             unit = ("one undirected edge {u, v} of a client's graph (both directions)" if p.edge == "undirected"
@@ -68,16 +71,17 @@ class GapReport:
         dp = {"method": "gap", "unit": unit, "hops": p.hops, "releases": total, "releases_by_stage": self.releases,
               "sensitivity": p.sensitivity, "sigma": self.sigma,
               "noise_std": None if self.sigma is None else self.sigma * p.sensitivity,
-              "target_epsilon": p.epsilon, "sample_rate": 1.0, "delta_rule": self.delta_rule, **extra,
+              "target_epsilon": p.epsilon, "sample_rate": p.sample_rate, "delta_rule": self.delta_rule, **extra,
               **self.source.provenance()}
-        eps = 0.0 if self.sigma is None else spent_epsilon(self.sigma, total, p.delta, p.accountant)
+        eps = 0.0 if self.sigma is None else spent_epsilon(self.sigma, self.releases, p.delta, p.accountant,
+                                                           p.sample_rate)
         return {"dp": dp, "epsilon": eps, "delta": p.delta, "accountant": p.accountant}
 
 
 def _train_local(model: torch.nn.Module, opt: torch.optim.Optimizer, inputs, y: torch.Tensor,
                  mask: torch.Tensor, epochs: int, private: dict | None) -> None:
-    """`epochs` full-batch steps on the masked nodes; `private` ({clip, mechanism, source[, extra]}): DP-SGD
-    steps (`extra`: an auditor's gradient canaries, node.private_step)."""
+    """`epochs` full-batch steps on the masked nodes; `private` ({clip, mechanism, sample_rate, source[, extra]}):
+    DP-SGD steps (Poisson-sampled at sample_rate < 1; `extra`: an auditor's gradient canaries, node.private_step)."""
     model.train()
     for _ in range(epochs):
         if private is not None:
@@ -218,7 +222,7 @@ def run_gap(setup: Setup) -> None:
     p = resolve_params(m.params)
     releases = release_counts(p, m.rounds, m.local_epochs)
     total = sum(releases.values())
-    sigma = calibrate_sigma(p.epsilon, p.delta, total, p.accountant) if total else None
+    sigma = calibrate_sigma(p.epsilon, p.delta, releases, p.accountant, p.sample_rate) if total else None
     source = NoiseSource.from_setting(p.noise_seed)
     clients = setup.steps(allow_dead=True)  # every sum carries its own Σ n: the survivors' weights
     refused = clients.each(_prepare, p, m.seed, source)
@@ -227,7 +231,7 @@ def run_gap(setup: Setup) -> None:
     mechanism = GaussianMechanism(sigma, p.sensitivity) if sigma is not None and p.hops else None
     private = None
     if p.unit == "node" and sigma is not None:
-        private = {"clip": p.clip, "mechanism": GaussianMechanism(sigma, p.clip)}
+        private = {"clip": p.clip, "mechanism": GaussianMechanism(sigma, p.clip), "sample_rate": p.sample_rate}
 
     torch.manual_seed(m.seed)  # the public initial models, built here
     encoder = Encoder(setup.num_features, cfg.hidden, setup.num_classes, p.encoder_layers, cfg.dropout)
