@@ -78,12 +78,12 @@ def update_norms(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.
 
 
 def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),
-          hidden: int = 16) -> None:
+          hidden: int = 16, dropout: float = 0.5) -> None:
     graph = public_graph(SETTINGS[dataset][0], graph_seed)
     t0 = time.time()
-    n, mean = update_norms(dataset, graph, optimizer, hidden)
+    n, mean = update_norms(dataset, graph, optimizer, hidden, dropout=dropout)
     q = torch.quantile(n, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9], dtype=n.dtype)).tolist()
-    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), hidden {hidden}, local {optimizer[0]} lr {optimizer[1]:g}, round-0 update norms: "
+    print(f"{dataset}: stand-in {SETTINGS[dataset]} (graph seed {graph_seed}), hidden {hidden}, dropout {dropout:g}, local {optimizer[0]} lr {optimizer[1]:g}, round-0 update norms: "
           f"quantiles 10/25/50/75/90 % = {', '.join(f'{v:.3f}' for v in q)}; max {float(n.max()):.3f}; "
           f"C = {round_up(q[2]):g}; the clients' mean update: norm {float(mean.norm()):.4f}, "
           f"against the ε = 8 noise on the mean, σ·C·√d/K = {SIGMA_EPS8 * round_up(q[2]) * mean.numel() ** 0.5 / len(n):.4f} "
@@ -166,6 +166,7 @@ def main() -> None:
     ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
     ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
     ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
+    ap.add_argument("--dropout", type=float, default=0.5, help="norms: the GCN's dropout (default 0.5)")
     ap.add_argument("--hidden", type=int, default=16, help="the GCN's width (default 16, the sweep's; another width "
                     "is a diagnosis after the runs: step then runs the chosen server step only)")
     ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
@@ -179,7 +180,7 @@ def main() -> None:
         return
     for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
         if args.stage == "norms":
-            norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden)
+            norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden, args.dropout)
         else:
             step(dataset, args.clip, args.hidden, STEPS if args.hidden == 16 else STEPS[:1])
 

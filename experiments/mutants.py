@@ -1059,10 +1059,6 @@ MUTANTS: list[tuple[str, str, str, str, str, list[str]]] = [
     ("PLA9", "FedLoG's warmup_head=code keeps torch's initialisation of the warm-up head",
      "privfgl/methods/fedlog/client.py", '        if self.p.warmup_head == "code":\n', '        if False:\n',
      ["tests/fedlog/test_fedlog.py", "-k", "warm_up_head"]),
-    ("DFL1", "dp-audit ignores DP-FedAvg's server_lr (reads η times the noised sum as the sum)", "attacks/dp/fedavg_audit.py",
-     'divisors = tuple(p["q"] * len(fed.survivors(r, MESSAGE)) / p["server_lr"] for r in rounds)',
-     'divisors = tuple(p["q"] * len(fed.survivors(r, MESSAGE)) for r in rounds)',
-     ["tests/attacks/test_dp_audit_fedavg.py", "-k", "momentum"]),
 ]
 
 
