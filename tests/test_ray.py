@@ -321,7 +321,8 @@ def test_local_training_on_actors_gives_the_in_process_record(cluster, pool):
 STEP_METHODS = {
     "dp-sgd": {"method_params": {"seed": 5}, "protocol": "secagg", "local_epochs": 1, "hidden": 16},
     "gap": {"method_params": {"seed": 5, "encoder_rounds": 2}, "protocol": "secagg"},
-    "gap-node": {"method": "gap", "method_params": {"unit": "node", "degree": 4, "seed": 5, "encoder_rounds": 1},
+    "gap-node": {"method": "gap", "method_params": {"unit": "node", "degree": 4, "seed": 5, "encoder_rounds": 1,
+                                                    "sample_rate": 0.5},  # Poisson coins from each client's own stream
                  "protocol": "secagg", "local_epochs": 1, "hidden": 16},  # per-node clipping is the slow part
     "fedomd": {"method_params": {"patience": 0}, "protocol": "secagg"},
     "fedspray": {"method_params": {"dropout": 0.5}, "protocol": "secagg"},  # dropout: each client's own stream
