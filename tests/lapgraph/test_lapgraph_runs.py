@@ -49,6 +49,16 @@ def test_training_and_evaluation_read_the_released_graph_not_the_true_one(planet
     assert noisy["metrics"]["curve"] != fedavg["metrics"]["curve"]
 
 
+def test_the_run_s_model_is_the_one_trained_on_the_release(planetoid_root):
+    """--model sage (privacy_utility_lapgraph_sage.toml): at ε = 1e7 the run is FedAvg SAGE's to the bit."""
+    fedavg_sage, _ = lapgraph_run(planetoid_root, method="fedavg", model="sage")
+    lapgraph_sage, _ = lapgraph_run(planetoid_root, {"epsilon": 1e7}, model="sage")
+    lapgraph_gcn, _ = lapgraph_run(planetoid_root, {"epsilon": 1e7})
+    assert lapgraph_sage["config"]["model"] == "sage"
+    assert lapgraph_sage["metrics"]["curve"] == fedavg_sage["metrics"]["curve"]
+    assert lapgraph_sage["metrics"]["curve"] != lapgraph_gcn["metrics"]["curve"]
+
+
 def test_a_seeded_run_repeats_and_another_noise_seed_changes_it(planetoid_root):
     a, _ = lapgraph_run(planetoid_root)
     b, _ = lapgraph_run(planetoid_root)
