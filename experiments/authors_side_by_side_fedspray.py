@@ -24,9 +24,9 @@ Training seeds 0, 1, 2 on both sides. Stages (--stages) per cell:
 
 Each stage reports the pooled test accuracy and minority accuracy (test nodes whose label is not their
 client's majority training class) at the round with the lowest pooled validation loss, as the
-authors' code does, and each run's wall seconds at one thread. Results land in WORK/results.json
-(a later call runs only the missing stages), the tables go to the page's block
-`authors_side_by_side_fedspray`, with the issue's target per cell: privfgl >= the authors' code minus
+authors' code does, and each run's wall seconds at one thread. Results land in WORK/results-r{ROUNDS}.json
+(a later call runs only the missing stages), the tables (one per round budget in WORK, the most rounds
+first) go to the page's block `authors_side_by_side_fedspray`, with the issue's target per cell: privfgl >= the authors' code minus
 one std (accuracy and minority accuracy), and wall time <= theirs.
 
     OMP_NUM_THREADS=1 PRIVFGL_DATA=... python experiments/authors_side_by_side_fedspray.py \
@@ -280,9 +280,16 @@ def main() -> int:
             results = save_result(store, cell, stage, result)
             print(cell, stage, {k: [round(v, 2) if isinstance(v, float) else v for v in vals]
                                 for k, vals in result.items()}, flush=True)
-    write_block(args.out, TAG, table(results, args.work, args.rounds), title="Side by side with the authors' code")
-    print(table(results, args.work, args.rounds))
+    block = all_tables(args.work)
+    write_block(args.out, TAG, block, title="Side by side with the authors' code")
+    print(block)
     return 0
+
+
+def all_tables(work: Path) -> str:
+    """One table per round budget measured in WORK (results-r{R}.json), the most rounds first."""
+    stores = sorted(work.glob("results-r*.json"), key=lambda p: -int(p.stem.removeprefix("results-r")))
+    return "\n".join(table(json.loads(p.read_text()), work, int(p.stem.removeprefix("results-r"))) for p in stores)
 
 
 if __name__ == "__main__":
