@@ -3,11 +3,11 @@
 The one-run 95 % bound is valid: on a mechanism that is exactly ε_entries-DP it exceeds ε_entries with
 probability ≤ 5 %. Laplace noise attains its claim exactly in the tails, where the audit's guesses fall, so the
 rate should come out near (not far below) 5 % against ε_entries, and a little lower against ε. This script
-redraws client 0's release (Cora, Louvain, 10 clients) with the audit's canary pairs at many noise seeds,
+redraws client 0's release (Cora or --dataset, Louvain, 10 clients) with the audit's canary pairs at many noise seeds,
 scores each with the audit's own code (attacks/dp/lapgraph_audit.py) and counts the exceedances. No training:
 the canaries never enter it.
 
-    PRIVFGL_DATA=... python experiments/lapgraph_audit_rate.py [--seeds 200] [--epsilons 0.5,1,2,8]
+    PRIVFGL_DATA=... python experiments/lapgraph_audit_rate.py [--seeds 200] [--epsilons 0.5,1,2,8] [--dataset sbm-pubmed]
 """
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--epsilons", default="0.5,1,2,8")
     ap.add_argument("--canaries", type=int, default=20000)
+    ap.add_argument("--dataset", default="cora", help="the sweep's dataset whose client 0 is audited (default cora)")
     args = ap.parse_args()
-    client = build_setup(RunConfig(method="lapgraph", dataset="cora", partition="louvain", clients=10,
+    client = build_setup(RunConfig(method="lapgraph", dataset=args.dataset, partition="louvain", clients=10,
                                    progress=False)).clients[0]
     pairs = CanaryPairs(args.canaries, 0, client=0)  # the sweep's audit: canary seed 0
     audit = CanaryPairAudit(canaries=args.canaries)
