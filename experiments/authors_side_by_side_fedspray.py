@@ -24,10 +24,11 @@ Training seeds 0, 1, 2 on both sides. Stages (--stages) per cell:
 
 Each stage reports the pooled test accuracy and minority accuracy (test nodes whose label is not their
 client's majority training class) at the round with the lowest pooled validation loss, as the
-authors' code does, and each run's wall seconds at one thread. Results land in WORK/results-r{ROUNDS}.json
-(a later call runs only the missing stages), the tables (one per round budget in WORK, the most rounds
-first) go to the page's block `authors_side_by_side_fedspray`, with the issue's target per cell: privfgl >= the authors' code minus
-one std (accuracy and minority accuracy), and wall time <= theirs.
+authors' code does, and each run's wall seconds at one thread. Results land in
+WORK/results-r{ROUNDS}.json (a later call runs only the missing stages); the tables, one per round budget
+in WORK with the most rounds first, go to the page's block `authors_side_by_side_fedspray`, with the
+issue's target per cell: privfgl >= the authors' code minus one std (accuracy and minority accuracy), and
+wall time <= theirs.
 
     OMP_NUM_THREADS=1 PRIVFGL_DATA=... python experiments/authors_side_by_side_fedspray.py \
         --peer-python /tmp/peer-spray/venv/bin/python --peer-src /tmp/peer-spray/src --work /tmp/peer-spray/side
@@ -288,8 +289,8 @@ def main() -> int:
 
 def all_tables(work: Path) -> str:
     """One table per round budget measured in WORK (results-r{R}.json), the most rounds first."""
-    stores = sorted(work.glob("results-r*.json"), key=lambda p: -int(p.stem.removeprefix("results-r")))
-    return "\n".join(table(json.loads(p.read_text()), work, int(p.stem.removeprefix("results-r"))) for p in stores)
+    stores = {int(p.stem.removeprefix("results-r")): p for p in work.glob("results-r*.json")}
+    return "\n".join(table(json.loads(stores[r].read_text()), work, r) for r in sorted(stores, reverse=True))
 
 
 if __name__ == "__main__":
