@@ -38,6 +38,9 @@ Compatibility shims, none on the training path's arithmetic:
   from (training seed, round, client, fit|eval), so a run repeats. `mp.Manager().dict()` is a dict
   whose reads and writes copy (pickle round trip), as the manager's proxy does; the lock is a
   threading lock. So K clients cost K× one client's time at one thread, with no process start-ups.
+- PyG's `k_hop_subgraph`, called by model/client.py without `num_nodes`, gets it sized to cover its
+  centre (`k_hop_subgraph_sized`): otherwise a client whose highest node id has no edge crashes the
+  generator's pretraining (CiteSeer K = 10). Calls that ran before return the same tensors.
 - `torch.set_num_threads(10)` is ignored: the run keeps the thread count it was started with
   (OMP_NUM_THREADS=1 from the side-by-side script).
 
@@ -149,6 +152,29 @@ mp.Manager = lambda: types.SimpleNamespace(dict=_CopyDict)
 mp.Lock = threading.Lock
 mp.set_start_method = lambda *a, **k: None
 torch.set_num_threads = lambda n: None  # main.py asks for 10; the run keeps OMP_NUM_THREADS
+
+
+# ---- torch_geometric's k_hop_subgraph, sized to its centre ---------------------------------------------
+import torch_geometric.utils as pyg_utils  # noqa: E402
+from torch_geometric.utils.num_nodes import maybe_num_nodes  # noqa: E402
+
+_k_hop_subgraph = pyg_utils.k_hop_subgraph
+
+
+def k_hop_subgraph_sized(node_idx, num_hops, edge_index, relabel_nodes=False, num_nodes=None, *args, **kwargs):
+    """PyG's k_hop_subgraph with num_nodes, when not given, at least the largest centre id + 1.
+
+    model/client.py's train_generator calls it per node without num_nodes, so PyG sizes its node mask by
+    the largest id in the client's edges; a centre with no edge whose id is past every edge's (CiteSeer
+    K = 10, client 0's node 280 of 281) then indexes out of range. Sized here, its subgraph is itself, as
+    for an edgeless centre at any other id; every call that worked before returns the same tensors."""
+    if num_nodes is None:
+        centres = torch.as_tensor(node_idx)
+        num_nodes = max(maybe_num_nodes(edge_index), int(centres.max()) + 1 if centres.numel() else 0)
+    return _k_hop_subgraph(node_idx, num_hops, edge_index, relabel_nodes, num_nodes, *args, **kwargs)
+
+
+pyg_utils.k_hop_subgraph = k_hop_subgraph_sized  # before model/client.py's `from ... import k_hop_subgraph`
 
 
 # ---- the authors' modules, with the CPU for their GPU ids ------------------------------------------
