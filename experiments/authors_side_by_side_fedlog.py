@@ -262,10 +262,13 @@ def mean_std(values: list[float]) -> str:
 
 def verdict(cell_results: dict) -> str:
     """The issue's target on the same clients: privfgl's mean >= the authors' mean minus their std, and
-    privfgl's mean seconds per run <= theirs."""
+    privfgl's mean seconds per run <= theirs; only on the same seeds, two or more (one seed has no std)."""
     peer, ours = per_seed(cell_results.get("peer")), per_seed(cell_results.get("privfgl"))
     if not peer["acc"] or not ours["acc"]:
         return "not measured"
+    if peer["seeds"] != ours["seeds"] or len(peer["seeds"]) < 2:
+        seeds = lambda r: ", ".join(map(str, r["seeds"]))  # noqa: E731
+        return f"not measured (seeds: the authors' {seeds(peer)}, privfgl's {seeds(ours)})"
     floor = statistics.fmean(peer["acc"]) - statistics.pstdev(peer["acc"])
     acc_ok = statistics.fmean(ours["acc"]) >= floor
     time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])

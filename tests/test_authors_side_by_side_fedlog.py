@@ -79,6 +79,11 @@ def test_the_target_is_the_authors_mean_minus_one_std_and_their_wall_time():
     assert verdict({"peer": peer, "privfgl": runs((73.9, 101.0), (74.0, 101.0))}) == \
         "acc fails (floor 74.00); time fails"
     assert verdict({"peer": peer}) == "not measured"
+    one_seed = runs((74.0, 100.0))  # no std: no verdict, nor on seeds the two sides do not share
+    assert verdict({"peer": one_seed, "privfgl": runs((80.0, 1.0), (80.0, 1.0))}) == \
+        "not measured (seeds: the authors' 0, privfgl's 0, 1)"
+    assert verdict({"peer": one_seed, "privfgl": runs((80.0, 1.0))}) == \
+        "not measured (seeds: the authors' 0, privfgl's 0)"
 
 
 def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_path):
