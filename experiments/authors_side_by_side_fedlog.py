@@ -267,8 +267,8 @@ def verdict(cell_results: dict) -> str:
     if not peer["acc"] or not ours["acc"]:
         return "not measured"
     if peer["seeds"] != ours["seeds"] or len(peer["seeds"]) < 2:
-        seeds = lambda r: ", ".join(map(str, r["seeds"]))  # noqa: E731
-        return f"not measured (seeds: the authors' {seeds(peer)}, privfgl's {seeds(ours)})"
+        theirs, mine = (", ".join(map(str, r["seeds"])) for r in (peer, ours))
+        return f"not measured (seeds: the authors' {theirs}, privfgl's {mine})"
     floor = statistics.fmean(peer["acc"]) - statistics.pstdev(peer["acc"])
     acc_ok = statistics.fmean(ours["acc"]) >= floor
     time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])
