@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 SEEDS = (0, 1, 2)
@@ -175,11 +175,8 @@ def verdict(peer: list[dict], ours: list[dict]) -> str:
     seeds, and privfgl's mean seconds per run <= theirs."""
     if not peer or not ours:
         return "not measured"
-    acc = [r["acc"] for r in peer]
-    floor = statistics.fmean(acc) - statistics.pstdev(acc)
-    acc_ok = statistics.fmean(r["acc"] for r in ours) >= floor
-    time_ok = statistics.fmean(r["seconds"] for r in ours) <= statistics.fmean(r["seconds"] for r in peer)
-    return f"acc {'holds' if acc_ok else 'fails'} (floor {floor:.2f}); time {'holds' if time_ok else 'fails'}"
+    acc = floor_check("acc", [r["acc"] for r in peer], [r["acc"] for r in ours])
+    return f"{acc}; {time_check([r['seconds'] for r in peer], [r['seconds'] for r in ours])}"
 
 
 def gain(hidta: list[dict], fedavg: list[dict]) -> str:

@@ -48,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer", "privfgl")
@@ -269,10 +269,7 @@ def verdict(cell_results: dict) -> str:
     if peer["seeds"] != ours["seeds"] or len(peer["seeds"]) < 2:
         theirs, mine = (", ".join(map(str, r["seeds"])) for r in (peer, ours))
         return f"not measured (seeds: the authors' {theirs}, privfgl's {mine})"
-    floor = statistics.fmean(peer["acc"]) - statistics.pstdev(peer["acc"])
-    acc_ok = statistics.fmean(ours["acc"]) >= floor
-    time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])
-    return f"acc {'holds' if acc_ok else 'fails'} (floor {floor:.2f}); time {'holds' if time_ok else 'fails'}"
+    return f"{floor_check('acc', peer['acc'], ours['acc'])}; {time_check(peer['seconds'], ours['seconds'])}"
 
 
 def _cell(r: dict) -> str:

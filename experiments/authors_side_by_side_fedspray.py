@@ -49,7 +49,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser, save_result  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, save_result, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer", "privfgl", "privfgl-projector", "privfgl-paper", "privfgl-own")
@@ -189,12 +189,8 @@ def verdict(cell_results: dict) -> str:
     if "peer" not in cell_results or "privfgl" not in cell_results:
         return "not measured"
     peer, ours = cell_results["peer"], cell_results["privfgl"]
-    parts = []
-    for key, label in (("acc", "acc"), ("minority", "minority")):
-        floor = statistics.fmean(peer[key]) - statistics.pstdev(peer[key])
-        parts.append(f"{label} {'holds' if statistics.fmean(ours[key]) >= floor else 'fails'} (floor {floor:.2f})")
-    time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])
-    return "; ".join(parts) + f"; time {'holds' if time_ok else 'fails'}"
+    parts = [floor_check(key, peer[key], ours[key]) for key in ("acc", "minority")]
+    return "; ".join([*parts, time_check(peer["seconds"], ours["seconds"])])
 
 
 NAMES = {"peer": ("authors' code (main.py: λ1 = 1, SAGE, {rounds} rounds)", "privfgl's Louvain+ (files)", "authors'"),

@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import peer_parser, save_result  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, save_result, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
 
 STAGES = ("peer-own", "peer-privfgl", "peer-privfgl-psplit", "privfgl-peer", "privfgl-own", "privfgl-peer-split",
@@ -240,11 +240,7 @@ def verdict(cell_results: dict) -> str:
     if "peer-own" not in cell_results or "privfgl-peer-split" not in cell_results:
         return "not measured"
     peer, ours = cell_results["peer-own"], cell_results["privfgl-peer-split"]
-    floor = statistics.fmean(peer["acc"]) - statistics.pstdev(peer["acc"])
-    acc_ok = statistics.fmean(ours["acc"]) >= floor
-    time_ok = statistics.fmean(ours["seconds"]) <= statistics.fmean(peer["seconds"])
-    return (f"acc {'holds' if acc_ok else 'fails'} (floor {floor:.2f}); "
-            f"time {'holds' if time_ok else 'fails'}")
+    return f"{floor_check('acc', peer['acc'], ours['acc'])}; {time_check(peer['seconds'], ours['seconds'])}"
 
 
 def seconds(r: dict | None) -> str:

@@ -1,9 +1,11 @@
-"""What the authors_side_by_side_*.py scripts share: their command line's peer options, and their results
-file (cell -> stage -> result, JSON)."""
+"""What the authors_side_by_side_*.py scripts share: their command line's peer options, their results
+file (cell -> stage -> result, JSON) and the issue's target (privfgl >= the authors' mean minus one std,
+wall time <= theirs)."""
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 
@@ -26,3 +28,14 @@ def save_result(store: Path, cell: str, stage: str, result: dict) -> dict:
     merged.setdefault(cell, {})[stage] = result
     store.write_text(json.dumps(merged, indent=1))
     return merged
+
+
+def floor_check(label: str, peer: list[float], ours: list[float]) -> str:
+    """'LABEL holds|fails (floor F)': privfgl's mean >= the authors' mean minus their population std."""
+    floor = statistics.fmean(peer) - statistics.pstdev(peer)
+    return f"{label} {'holds' if statistics.fmean(ours) >= floor else 'fails'} (floor {floor:.2f})"
+
+
+def time_check(peer_seconds: list[float], our_seconds: list[float]) -> str:
+    """'time holds|fails': privfgl's mean seconds per run <= the authors'."""
+    return f"time {'holds' if statistics.fmean(our_seconds) <= statistics.fmean(peer_seconds) else 'fails'}"
