@@ -16,9 +16,16 @@ inserts the canaries suited to its DP unit and scores them with attacks/dp/estim
 that takes every given KEY (so `stage=steps` passes GAP's hop design over) and builds it from the
 KEY=VALUE params; every other step is the design's. Params every design takes:
 `seed`, `confidence`; the rest are the design's own (its docstring; an unknown one is refused in one line).
+
+`family=m` (default 1): this audit is one of m audits of one mechanism, read as one test. Beside the bound at
+`confidence` (c), the finding then gives the bound at c_m = 1 − (1 − c)/m (Bonferroni): if the mechanism meets
+its claim, all m such bounds are ≤ their ε together with probability ≥ c, whatever the dependence between the
+runs, where m bounds at c each would put at least one over ε in up to m·(1 − c) of the families. Same
+canaries, scores and design, only the level differs, so the family's bound is never above the per-audit one.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 
 from attacks.base import Attack, Knowledge, NoInput
@@ -28,7 +35,7 @@ from attacks.dp.gap_step_audit import GapStepAudit
 from attacks.dp.lapgraph_audit import CanaryPairAudit
 from attacks.dp.message_audit import CanaryContributionAudit
 from attacks.dp.opfgl_audit import CanaryNodeAudit
-from attacks.dp.params import confidence_level
+from attacks.dp.params import confidence_level, family_size
 from attacks.dp.sgd_audit import GradientCanaryAudit
 from attacks.dp.split_audit import CanaryRowAudit
 from attacks.view import AdversaryView
@@ -59,6 +66,7 @@ class DPAudit(Attack):
 
     def __init__(self, **params):
         confidence_level(params.get("confidence", 0.95))
+        self.family = family_size(params.pop("family", 1))
         self.params = params
         self.design: Attack | None = None
         # Before any run (CLI parse time): some design must take every given param and accept their values.
@@ -110,4 +118,19 @@ class DPAudit(Attack):
         return self._design().truth(setup, target)
 
     def score(self, reconstruction, truth, aux) -> tuple[dict, dict]:
-        return self._design().score(reconstruction, truth, aux)
+        design = self._design()
+        metrics, baseline = design.score(reconstruction, truth, aux)
+        if self.family > 1:
+            metrics.update(family_metrics(design, reconstruction, truth, aux, self.family))
+        return metrics, baseline
+
+
+def family_metrics(design: Attack, reconstruction, truth, aux, family: int) -> dict:
+    """The finding's family entries: the design's bound and verdict from the same scores at the
+    Bonferroni level c_m = 1 − (1 − c)/m (c: the design's `confidence`, m: `family`)."""
+    at_family = copy.copy(design)  # the design, at the family's level; the run's design is left as it was
+    at_family.confidence = 1 - (1 - design.confidence) / family
+    metrics, _ = at_family.score(reconstruction, truth, aux)
+    return {"family": family, "confidence_family": at_family.confidence,
+            "epsilon_lower_bound_family": metrics["epsilon_lower_bound"], "caught_family": metrics["caught"],
+            "bound_over_accountant_family": metrics["bound_over_accountant"]}

@@ -13,6 +13,14 @@ def confidence_level(confidence) -> float:
     return confidence
 
 
+def family_size(family) -> int:
+    """family (how many audits of one mechanism are read as one test) as an integer ≥ 1; ValueError naming
+    it otherwise."""
+    if isinstance(family, bool) or not isinstance(family, int) or family < 1:
+        raise ValueError(f"dp-audit: family={family!r}: the number of audits read as one test; valid: an integer >= 1")
+    return family
+
+
 def scale_and_confidence(scale, confidence) -> tuple[float, float]:
     """(scale, confidence) as floats: scale ≥ 1 (a canary's raw norm in units of the clip), confidence in
     (0.5, 1). ValueError naming the bad one otherwise."""
