@@ -52,7 +52,7 @@ def main() -> None:
             metrics, _ = audit.score(out.canaries.numpy(), truth, aux)
             bounds.append(metrics["epsilon_lower_bound"])
             if family:
-                family_bounds.append(family_metrics(audit, out.canaries.numpy(), truth, aux, args.family)
+                family_bounds.append(family_metrics(audit, metrics, out.canaries.numpy(), truth, aux, args.family)
                                      ["epsilon_lower_bound_family"])
         over_entries = sum(b > p.epsilon_entries for b in bounds)
         over = sum(b > p.epsilon for b in bounds)

@@ -64,3 +64,21 @@ def test_a_bad_family_is_a_one_line_error(family):
     with pytest.raises(ValueError, match=r"dp-audit: family=.*valid: an integer >= 1") as err:
         DPAudit(family=family)
     assert "\n" not in str(err.value)
+
+
+class _LevelDesign:
+    """A design whose bound grows with its level (as a level-dependent pick of guesses could make it)."""
+    confidence = 0.95
+
+    def score(self, reconstruction, truth, aux):
+        bound = 10 * self.confidence
+        return {"epsilon_lower_bound": bound, "caught": bound > 9.6, "bound_over_accountant": bound / 9.6}, {}
+
+
+def test_the_family_bound_is_never_above_the_per_audit_bound():
+    audit = DPAudit(family=12)
+    audit.design = _LevelDesign()
+    metrics, _ = audit.score(None, None, None)
+    assert metrics["epsilon_lower_bound_family"] == metrics["epsilon_lower_bound"] == 9.5
+    assert not metrics["caught_family"] and not metrics["caught"]
+    assert audit.design.confidence == 0.95  # the run's design keeps its level
