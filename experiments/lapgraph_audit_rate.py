@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from tqdm.auto import tqdm
+
 from attacks.dp.dp_audit import family_metrics
 from attacks.dp.lapgraph_audit import CanaryPairAudit, CanaryPairs, PairAuditAux, PairAuditTruth
 from privfgl.experiment import RunConfig, build_setup
@@ -46,7 +48,7 @@ def main() -> None:
         truth = PairAuditTruth(pairs.coins, p.epsilon, p.epsilon_entries)
         aux = PairAuditAux(args.canaries, p.epsilon_entries)
         bounds, family_bounds = [], []
-        for seed in range(args.seeds):
+        for seed in tqdm(range(args.seeds), desc=f"ε={eps:g}", unit="draw", leave=False):
             out = release(client.edge_index, int(client.num_nodes), p, NoiseSource(seed).for_client(0),
                           pairs.entries())
             metrics, _ = audit.score(out.canaries.numpy(), truth, aux)
