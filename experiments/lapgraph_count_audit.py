@@ -72,7 +72,7 @@ def main() -> None:
         counts = released_counts(eps, coins, args.graph_seed, args.noise_seed)
         m = count_audit(counts, coins, resolve_params({"epsilon": eps}).epsilon_count, family=args.family)
         print(f"| {eps:g} | {m['epsilon_count']:g} | {m['releases']} | {m['one_run_k']} | {m['one_run_correct']} | "
-              f"{m['epsilon_lower_bound']:.4f} | {m['bound_over_count']:.3f} | {m['caught']} |"
+              f"{m['epsilon_lower_bound']:.4f} | {m['bound_over_accountant']:.3f} | {m['caught']} |"
               + (f" {m['epsilon_lower_bound_family']:.4f} | {m['caught_family']} |" if family else ""), flush=True)
 
 

@@ -10,37 +10,44 @@ clipped noisy count; post-processing of it). Score: T̃_d. Bound: Steinke, Nasr,
 one-run 95 % lower bound at δ = 0 over the N draws (independent releases, each one canary), its k guesses each
 way fixed before any score by simulating the claimed count mechanism (coin + Lap(1/ε_count)), as
 attacks/dp/lapgraph_audit.py does for the entries. The count is ε_count-DP, so a valid bound is ≤ ε_count;
-`caught` compares it with ε_count, not with the record's whole ε. `family` m > 1: as attacks/dp/dp_audit.py's
-`family=m`, the bound also at 1 − (1 − confidence)/m (k picked at that level), or the per-audit one where that is
-smaller.
+`caught` compares it with ε_count, not with the record's whole ε. `family` m > 1: the family's bound and
+verdict as attacks/dp/dp_audit.py's `family=m` gives them (`family_metrics`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from attacks.dp.dp_audit import family_metrics
 from attacks.dp.estimators import guess_counts, one_run_epsilon
 from attacks.dp.lapgraph_audit import pick_k_laplace
+from attacks.dp.scoring import BASELINE, verdict
+
+
+@dataclass
+class CountAudit:
+    """The count's scoring at `confidence` (a design's `score` contract, so `family_metrics` applies)."""
+    confidence: float = 0.95
+
+    def score(self, released_counts: np.ndarray, coins: np.ndarray, epsilon_count: float) -> tuple[dict, dict]:
+        """released_counts [N] (edges each release published), coins [N] bool (the canary edge in)."""
+        m = len(coins)
+        if released_counts.shape != (m,):
+            raise ValueError(f"count audit: {released_counts.shape} released counts for {m} coins")
+        k = pick_k_laplace(m, epsilon_count, self.confidence)
+        r, v = guess_counts(released_counts.astype(np.float64), coins, k, k)
+        bound = one_run_epsilon(m, r, v, 0.0, self.confidence)
+        return ({"epsilon_lower_bound": bound, "epsilon_count": epsilon_count, "releases": m, "one_run_k": k,
+                 "one_run_correct": f"{v}/{r}", "confidence": self.confidence, **verdict(bound, epsilon_count)},
+                dict(BASELINE))
 
 
 def count_audit(released_counts: np.ndarray, coins: np.ndarray, epsilon_count: float,
                 confidence: float = 0.95, family: int = 1) -> dict:
-    """released_counts [N] (edges each release published), coins [N] bool (the canary edge in): the bound and
-    its verdict against `epsilon_count`; with `family` > 1 also the family's bound and verdict."""
-    m = len(coins)
-    if released_counts.shape != (m,):
-        raise ValueError(f"count audit: {released_counts.shape} released counts for {m} coins")
-    scores = released_counts.astype(np.float64)
-
-    def bound_at(level: float) -> tuple[float, int, int, int]:
-        k = pick_k_laplace(m, epsilon_count, level)
-        r, v = guess_counts(scores, coins, k, k)
-        return one_run_epsilon(m, r, v, 0.0, level), k, r, v
-
-    bound, k, r, v = bound_at(confidence)
-    out = {"epsilon_lower_bound": bound, "epsilon_count": epsilon_count, "releases": m, "one_run_k": k,
-           "one_run_correct": f"{v}/{r}", "confidence": confidence, "bound_over_count": bound / epsilon_count,
-           "caught": bound > epsilon_count}
+    """The count's bound and its verdict against `epsilon_count`; with `family` > 1 also the family's."""
+    audit = CountAudit(confidence)
+    metrics, _ = audit.score(released_counts, coins, epsilon_count)
     if family > 1:
-        at_family = min(bound_at(1 - (1 - confidence) / family)[0], bound)
-        out |= {"family": family, "epsilon_lower_bound_family": at_family, "caught_family": at_family > epsilon_count}
-    return out
+        metrics |= family_metrics(audit, metrics, released_counts, coins, epsilon_count, family)
+    return metrics
