@@ -51,17 +51,19 @@ def main() -> None:
         for seed in tqdm(range(args.seeds), desc=f"ε={eps:g}", unit="draw", leave=False):
             out = release(client.edge_index, int(client.num_nodes), p, NoiseSource(seed).for_client(0),
                           pairs.entries())
-            metrics, _ = audit.score(out.canaries.numpy(), truth, aux)
+            scores = out.canaries.numpy()
+            metrics, _ = audit.score(scores, truth, aux)
             bounds.append(metrics["epsilon_lower_bound"])
             if family:
-                family_bounds.append(family_metrics(audit, metrics, out.canaries.numpy(), truth, aux, args.family)
+                family_bounds.append(family_metrics(audit, metrics, scores, truth, aux, args.family)
                                      ["epsilon_lower_bound_family"])
         over_entries = sum(b > p.epsilon_entries for b in bounds)
         over = sum(b > p.epsilon for b in bounds)
+        over_family = sum(b > p.epsilon for b in family_bounds)
         print(f"| {eps:g} | {p.epsilon_entries:g} | {len(bounds)} | {over_entries} ({over_entries / len(bounds):.3f}) | "
               f"{over} ({over / len(bounds):.3f}) | {sum(bounds) / len(bounds):.4f} | {max(bounds):.4f} |"
-              + (f" {sum(b > p.epsilon for b in family_bounds)} ({sum(b > p.epsilon for b in family_bounds) / len(bounds):.3f})"
-                 f" | {max(family_bounds):.4f} |" if family else ""), flush=True)
+              + (f" {over_family} ({over_family / len(bounds):.3f}) | {max(family_bounds):.4f} |" if family else ""),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,7 @@ def test_the_family_bound_is_the_designs_bound_at_the_bonferroni_level(family):
 def test_the_family_level_keeps_catching_noise_at_half_its_scale():
     """Claimed ε = 1, noise of scale 1/2 (the entries are 2-DP, as mutant LPG1): caught by a family of 12."""
     scores, truth, aux = laplace_game(2.0, seed=3)
-    audit = DPAudit(family=12)
-    audit.design = CanaryPairAudit()
-    metrics, _ = audit.score(scores, PairAuditTruth(truth.coins, 1.0, 1.0), PairAuditAux(aux.count, 1.0))
+    metrics = scored(12, (scores, PairAuditTruth(truth.coins, 1.0, 1.0), PairAuditAux(aux.count, 1.0)))
     assert metrics["caught_family"] and metrics["epsilon_lower_bound_family"] > 1.5
 
 
