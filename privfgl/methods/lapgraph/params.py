@@ -5,6 +5,9 @@
                  LinkTeller's worker.py); the entries get the rest: ε = ε_entries + ε_count
     rank         k > 0: rank-k SVD truncation of the noisy matrix before the selection (the Eclipse-style
                  low-rank variant, post-processing; docs/eclipse.md); 0 (default): off
+    select       which noisy entries become edges (post-processing): top (default, the authors'): the T̃
+                 largest; map: each entry whose posterior probability of being an edge is >= 1/2, under the
+                 Laplace likelihood and the prior T̃/m (release.py `map_keep`; not with rank > 0)
     seed         os (default: OS entropy) or an integer (reproducible noise; the record warns)
     max_nodes    the largest client (nodes) whose dense n×n float64 matrix is built (default 10000: 800 MB)
 The run's --model, --hidden, --layers, --dropout, --lr, --weight-decay, --optimizer, --local-epochs and
@@ -17,12 +20,15 @@ from dataclasses import dataclass
 from privfgl.methods.params import bad_param, resolve
 from privfgl.privacy.noise import OS
 
+SELECTIONS = ("top", "map")
+
 
 @dataclass(frozen=True)
 class LapGraphParams:
     epsilon: float = 8.0
     count_share: float = 0.01
     rank: int = 0
+    select: str = "top"
     seed: str = OS
     max_nodes: int = 10000
 
@@ -49,6 +55,11 @@ def _check(p: LapGraphParams) -> None:
         raise bad_param("lapgraph", "count_share", p.count_share, "a number in (0, 1)")
     if p.rank < 0:
         raise bad_param("lapgraph", "rank", p.rank, "an integer >= 0 (0: no truncation)")
+    if p.select not in SELECTIONS:
+        raise bad_param("lapgraph", "select", p.select, " or ".join(SELECTIONS))
+    if p.select == "map" and p.rank > 0:
+        raise bad_param("lapgraph", "select", p.select, "top with rank > 0 (the posterior needs the Laplace "
+                        "likelihood of the untruncated entries)")
     if p.max_nodes < 2:
         raise bad_param("lapgraph", "max_nodes", p.max_nodes, "an integer >= 2")
     if p.seed != OS:

@@ -10,8 +10,12 @@ upper-triangle entry A[min(u, v), max(u, v)]); m = n(n−1)/2 upper-triangle ent
    Together (basic composition, exact for pure DP): ε = ε_entries + ε_count, δ = 0.
 3. `rank` k > 0 (the Eclipse-style variant, docs/eclipse.md): the noisy symmetric matrix is truncated to
    its top-k singular triplets (torch.linalg.svd).
-4. The T̃ largest entries of the (truncated) noisy triangle are the released undirected edges.
-Steps 3 and 4 read only the two noisy releases: post-processing. Noise comes from the client's
+4. `select` top (the authors'): the T̃ largest entries of the (truncated) noisy triangle are the released
+   undirected edges. `select` map: each noisy entry y is kept iff its posterior probability of being an edge
+   is >= 1/2, with the Laplace likelihood ratio f(y − 1)/f(y) = exp(ε_entries·(|y| − |y − 1|)) and the prior
+   P(edge) = T̃/m (`map_keep`): the per-entry Bayes decision, which keeps nothing where no noisy value can
+   outweigh the prior (ε_entries < log((m − T̃)/T̃)) and nearly the top-T̃ where the noise is small.
+Steps 3 and 4 read only the two noisy releases and the public n: post-processing. Noise comes from the client's
 NoiseSource (privfgl/privacy/noise.py: OS entropy or a seeded torch generator).
 
 Audit canaries (attacks/dp/lapgraph_audit.py): R extra entries (pairs of canary nodes appended to the
@@ -20,6 +24,7 @@ returned separately; they never enter the count, the selection, training or accu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +35,8 @@ from privfgl.privacy.noise import NoiseSource
 
 @dataclass(frozen=True)
 class Release:
-    """One client's release: `edge_index` [2, 2T̃] (both directions of the T̃ released edges), `count` T̃,
+    """One client's release: `edge_index` [2, 2E'] (both directions of the E' released edges: E' = T̃ under
+    `select` top), `count` T̃,
     `canaries` [R] float64 (the noisy canary entries; None without canaries)."""
     edge_index: torch.Tensor
     count: int
@@ -61,6 +67,16 @@ def low_rank(entries: torch.Tensor, n: int, rank: int) -> torch.Tensor:
     return ((u[:, :k] * s[:k]) @ vh[:k])[rows, cols]
 
 
+def map_keep(noisy: torch.Tensor, count: int, epsilon_entries: float) -> torch.Tensor:
+    """[m] bool: the noisy entries [m] whose posterior log-odds of being an edge,
+    log(T̃ / (m − T̃)) + ε_entries·(|y| − |y − 1|), are >= 0 (prior T̃/m from the noisy count T̃ = `count`)."""
+    m = noisy.numel()
+    if count <= 0 or count >= m:
+        return torch.full((m,), count > 0, dtype=torch.bool)
+    log_odds = math.log(count / (m - count)) + epsilon_entries * (noisy.abs() - (noisy - 1.0).abs())
+    return log_odds >= 0
+
+
 def release(edge_index: torch.Tensor, n: int, p: LapGraphParams, source: NoiseSource,
             canaries: torch.Tensor | None = None) -> Release:
     """The client's LapGraph release of its graph (n nodes, edge_index [2, E]); `canaries` [R] 0/1 float64:
@@ -74,7 +90,10 @@ def release(edge_index: torch.Tensor, n: int, p: LapGraphParams, source: NoiseSo
     count = int(min(max(round(count), 0), m))
     if p.rank > 0:
         noisy = low_rank(noisy, n, p.rank)
-    top = torch.topk(noisy, count).indices
+    if p.select == "map":
+        top = map_keep(noisy, count, p.epsilon_entries).nonzero().flatten()
+    else:
+        top = torch.topk(noisy, count).indices
     rows, cols = torch.triu_indices(n, n, offset=1)
     i, j = rows[top], cols[top]
     return Release(torch.stack([torch.cat([i, j]), torch.cat([j, i])]), count, noisy_canaries)

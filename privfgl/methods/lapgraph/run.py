@@ -39,7 +39,7 @@ class LapGraphReport:
               "sensitivity": {"entries_l1": 1.0, "count_l1": 1.0},
               "epsilon_entries": p.epsilon_entries, "epsilon_count": p.epsilon_count, "count_share": p.count_share,
               "noise_scale_entries": 1.0 / p.epsilon_entries, "noise_scale_count": 1.0 / p.epsilon_count,
-              "rank": p.rank or None, "target_epsilon": p.epsilon,
+              "rank": p.rank or None, "select": p.select, "target_epsilon": p.epsilon,
               "composition": "basic composition of two pure-DP Laplace releases: ε = ε_entries + ε_count",
               "not_protected": NOT_PROTECTED, **self.source.provenance()}
         return {"dp": dp, "epsilon": p.epsilon_entries + p.epsilon_count, "delta": 0.0, "accountant": "laplace"}
