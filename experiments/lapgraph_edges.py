@@ -1,12 +1,13 @@
 """What LapGraph's release keeps of each client's graph (auditor side: it reads the true graphs).
 
-For each dataset, ε and variant (plain, rank 20), and noise seed: every client's release, drawn exactly as
+For each dataset, ε and variant (plain, rank 20, map: `select=map`), and noise seed: every client's release, drawn exactly as
 the run with `--method-param seed=S` draws it (NoiseSource(S).for_client(k), the release first), against
-its true graph: true edges |E|, released T̃, true edges kept (recall = kept/|E|), false edges (T̃ − kept),
+its true graph: true edges |E|, released edges (T̃ unless map), true edges kept (recall = kept/|E|), false edges (T̃ − kept),
 and the share of released edges joining two nodes of the same label (the true graph's share beside it).
 Sums over the clients, mean over the seeds. Prints a Markdown table (docs/lapgraph.md).
 
-    PRIVFGL_DATA=... python experiments/lapgraph_edges.py [--datasets cora,citeseer] [--seeds 0,1,2]
+    PRIVFGL_DATA=... python experiments/lapgraph_edges.py [--datasets cora,citeseer] [--seeds 0,1,2] \
+        [--variants plain,rank20,map]
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from privfgl.methods.lapgraph.release import release, upper_entries
 from privfgl.privacy.noise import NoiseSource
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+VARIANTS = {"plain": {}, "rank20": {"rank": 20}, "map": {"select": "map"}}
+LABELS = {"plain": "plain", "rank20": "rank 20", "map": "map"}
 
 
 def same_label(edge_index, y) -> float:
@@ -27,8 +30,8 @@ def same_label(edge_index, y) -> float:
     return float((y[edge_index[0]] == y[edge_index[1]]).double().mean()) if edge_index.shape[1] else float("nan")
 
 
-def measure(clients, epsilon: float, rank: int, seed: int) -> dict:
-    p = resolve_params({"epsilon": epsilon, "rank": rank, "seed": seed})
+def measure(clients, epsilon: float, variant: dict, seed: int) -> dict:
+    p = resolve_params({"epsilon": epsilon, "seed": seed, **variant})
     source = NoiseSource(seed)
     true = kept = released = 0
     homophily = []
@@ -38,9 +41,9 @@ def measure(clients, epsilon: float, rank: int, seed: int) -> dict:
         entries = upper_entries(c.edge_index, n)
         chosen = upper_entries(out.edge_index, n)
         true += int(entries.sum())
-        released += out.count
+        released += out.edge_index.shape[1] // 2
         kept += int((entries * chosen).sum())
-        homophily.append((out.count, same_label(out.edge_index, c.y)))
+        homophily.append((out.edge_index.shape[1] // 2, same_label(out.edge_index, c.y)))
     weights = np.array([w for w, _ in homophily], dtype=float)
     shares = np.array([h if w else 0.0 for w, h in homophily])
     return {"true": true, "released": released, "kept": kept, "false": released - kept,
@@ -51,9 +54,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default="cora,citeseer")
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--variants", default="plain,rank20", help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    print("| dataset | variant | ε | true edges | released T̃ | true kept (recall) | false edges | "
+    variants = args.variants.split(",")
+    if not set(variants) <= set(VARIANTS):
+        ap.error(f"--variants {args.variants!r}: valid: a comma-separated list of {', '.join(VARIANTS)}")
+    print("| dataset | variant | ε | true edges | released edges | true kept (recall) | false edges | "
           "same-label share (true graph) |")
     print("|---|---|---|---|---|---|---|---|")
     for dataset in args.datasets.split(","):
@@ -61,11 +68,11 @@ def main() -> None:
         clients = build_setup(cfg).clients
         true_share = float(np.average([same_label(c.edge_index, c.y) for c in clients],
                                       weights=[c.edge_index.shape[1] for c in clients]))
-        for rank in (0, 20):
+        for variant in variants:
             for eps in EPSILONS:
-                rows = [measure(clients, eps, rank, s) for s in seeds]
+                rows = [measure(clients, eps, VARIANTS[variant], s) for s in seeds]
                 mean = {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
-                print(f"| {dataset} | {'rank 20' if rank else 'plain'} | {eps:g} | {mean['true']:.0f} | "
+                print(f"| {dataset} | {LABELS[variant]} | {eps:g} | {mean['true']:.0f} | "
                       f"{mean['released']:.0f} | {mean['kept']:.0f} ({mean['kept'] / mean['true']:.3f}) | "
                       f"{mean['false']:.0f} | {mean['same_label']:.3f} ({true_share:.3f}) |", flush=True)
 
