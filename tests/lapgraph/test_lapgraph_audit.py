@@ -12,10 +12,6 @@ from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
 
 
-@pytest.fixture(autouse=True)
-def _partition_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
 
 def audit(planetoid_root, epsilon: float, canaries: int = 20000):
     cfg = RunConfig(method="lapgraph", dataset="cora", partition="louvain", clients=10, rounds=1, local_epochs=1,

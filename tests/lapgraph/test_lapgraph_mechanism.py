@@ -2,29 +2,14 @@
 count by 1 (the stated L1 sensitivity), the noise has the stated Laplace scale 1/ε_entries and independent
 draws, the released edges are the T̃ largest noisy entries (rank-k truncated when asked)."""
 import numpy as np
-import pytest
 import torch
 from scipy import stats
 
-from privfgl.experiment import RunConfig, build_setup
 from privfgl.methods.lapgraph.params import resolve_params
 from privfgl.methods.lapgraph.release import low_rank, release, upper_entries
 from privfgl.privacy.noise import NoiseSource
 
 
-@pytest.fixture(autouse=True)
-def _partition_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-@pytest.fixture(scope="module")
-def client(planetoid_root, tmp_path_factory):
-    """Client 0 of Cora, Louvain, 10 clients (271 nodes)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-        cfg = RunConfig(method="lapgraph", dataset="cora", partition="louvain", clients=10,
-                        data_root=str(planetoid_root), download=False, progress=False)
-        return build_setup(cfg).clients[0]
 
 
 def test_removing_one_undirected_edge_changes_exactly_one_entry_and_the_count_by_one(client):

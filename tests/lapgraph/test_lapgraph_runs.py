@@ -9,10 +9,6 @@ from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
 
 
-@pytest.fixture(autouse=True)
-def _partition_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
 
 def lapgraph_run(planetoid_root, params=None, method="lapgraph", **kw):
     settings = dict(method=method, dataset="cora", partition="louvain", clients=10, rounds=3, local_epochs=1,

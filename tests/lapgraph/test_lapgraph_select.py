@@ -10,25 +10,12 @@ import torch
 from scipy import stats
 
 import privfgl.methods.lapgraph.run as lapgraph_run_module
-from privfgl.experiment import RunConfig, build_setup, run
+from privfgl.experiment import RunConfig, run
 from privfgl.methods.lapgraph.params import resolve_params
 from privfgl.methods.lapgraph.release import map_keep, release, upper_entries
 from privfgl.privacy.noise import NoiseSource
 
 
-@pytest.fixture(autouse=True)
-def _partition_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-@pytest.fixture(scope="module")
-def client(planetoid_root, tmp_path_factory):
-    """Client 0 of Cora, Louvain, 10 clients (271 nodes)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PRIVFGL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-        cfg = RunConfig(method="lapgraph", dataset="cora", partition="louvain", clients=10,
-                        data_root=str(planetoid_root), download=False, progress=False)
-        return build_setup(cfg).clients[0]
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 7.92])
