@@ -15,6 +15,7 @@ is in the config's comments).
     python experiments/dp_fedavg_public_settings.py norms            # step 1, both stand-ins
     python experiments/dp_fedavg_public_settings.py step --clip C --dataset sbm-pubmed   # step 2
     python experiments/dp_fedavg_public_settings.py search [--only 0,4]                  # the training search
+    python experiments/dp_fedavg_public_settings.py signal   # the class signal in the round-0 mean update (a diagnosis)
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from privfgl.data import contextual_sbm, load_dataset
+from privfgl.data.synthetic import SYNTHETIC_PRESETS, _sample_edges
 from privfgl.experiment import RunConfig, run
 from privfgl.federation import SERVER
 from privfgl.privacy import noise_multiplier_for
@@ -64,17 +66,65 @@ def round_up(x: float) -> float:
     return math.ceil(x / scale) * scale
 
 
-def update_norms(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
-                 local_epochs: int = 3, dropout: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
-    """(each client's round-0 update norm, shape [K]; the clients' mean update, shape [d]) on `graph`, read from
-    the server's view of one round without clipping or noise (σ = 1e-9, C = 1e9)."""
-    cfg = config(dataset, 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer, hidden,
-                 local_epochs)
+def round_zero_updates(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
+                       local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Each client's update {parameter name: tensor} at round `at_round` (default 0) on `graph`, read from the
+    server's view of a run without clipping or noise (σ = 1e-9, C = 1e9)."""
+    cfg = config(dataset, at_round + 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer,
+                 hidden, local_epochs)
     cfg.dropout = dropout
     _, setup = run(cfg, data=graph)
-    ups = [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=0)]
+    return [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=at_round)]
+
+
+def update_norms(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
+                 local_epochs: int = 3, dropout: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each client's round-0 update norm, shape [K]; the clients' mean update, shape [d]) on `graph`."""
+    ups = round_zero_updates(dataset, graph, optimizer, hidden, local_epochs, dropout)
     flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
     return flat.norm(dim=1), flat.mean(0)
+
+
+def class_means(name: str, graph, graph_seed: int) -> torch.Tensor:
+    """[classes, F]: the stand-in's class means μ_c, redrawn as privfgl/data/synthetic.py's contextual_sbm draws them
+    (its generator's order: labels, edges, means, noise); checked by regenerating the features exactly."""
+    preset = SYNTHETIC_PRESETS[name]
+    g = torch.Generator().manual_seed(graph_seed)
+    y = torch.randperm(preset["num_nodes"], generator=g) % preset["num_classes"]
+    _sample_edges(y, torch.full((preset["num_nodes"],), float(preset["homophily"])), preset["avg_degree"], g)
+    means = torch.randn(preset["num_classes"], preset["num_features"], generator=g) / math.sqrt(preset["num_features"])
+    x = preset.get("feature_signal", 1.0) * means[y] + torch.randn(preset["num_nodes"], preset["num_features"], generator=g)
+    if not (torch.equal(y, graph.y) and torch.equal(x, graph.x)):
+        raise RuntimeError(f"{name}: the redrawn features differ from the graph's; contextual_sbm's draw order changed")
+    return means.double()
+
+
+def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, dropout: float = 0.5,
+           at_round: int = 0, clip: float | None = None) -> None:
+    """The class signal in the mean update of round `at_round` (after that many noiseless rounds) against the
+    ε = 8 noise, on the public stand-in: the first
+    layer's mean update W [hidden, F] projected on the span of the class means (Q: an orthonormal basis [F, c]),
+    ‖W Q‖, beside a random c-dimensional subspace's ‖W R‖ (the share any c directions would hold) and the noise
+    the server adds there, σ·C/K per coordinate over hidden·c coordinates (C: `clip`, the run's, else the median
+    rule's at that round)."""
+    name = SETTINGS[dataset][0]
+    graph = public_graph(name, graph_seed)
+    basis, _ = torch.linalg.qr(class_means(name, graph, graph_seed).T)  # [F, c]
+    t0 = time.time()
+    ups = round_zero_updates(dataset, graph, hidden=hidden, dropout=dropout, at_round=at_round)
+    first = next(k for k in ups[0] if k.endswith("weight"))  # the first layer's weight, [hidden, F]
+    w = torch.stack([u[first].double() for u in ups]).mean(0)
+    norms_ = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]).norm() for u in ups])
+    clip, k, c = clip or round_up(float(norms_.median())), len(ups), basis.shape[1]
+    gen = torch.Generator().manual_seed(0)
+    random = [float((w @ torch.linalg.qr(torch.randn(w.shape[1], c, generator=gen, dtype=torch.double))[0]).norm())
+              for _ in range(20)]
+    noise = SIGMA_EPS8 * clip / k * math.sqrt(w.shape[0] * c)
+    print(f"{dataset}: stand-in {name} (graph seed {graph_seed}), {k} clients, hidden {hidden}, round {at_round}, "
+          f"first layer {first} "
+          f"{tuple(w.shape)}: mean update ‖W‖ = {float(w.norm()):.4f}; on the {c} class-mean directions ‖W Q‖ = "
+          f"{float((w @ basis).norm()):.4f}; on {c} random directions {sum(random) / len(random):.4f} (mean of 20); "
+          f"the ε = 8 noise there, σ·C/K·√(hidden·c) = {noise:.4f} (C = {clip:g}) ({time.time() - t0:.0f} s)", flush=True)
 
 
 def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),
@@ -159,11 +209,11 @@ def step(dataset: str, clip: float, hidden: int = 16, steps: tuple[dict, ...] = 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=("norms", "step", "search"))
+    ap.add_argument("stage", choices=("norms", "step", "search", "signal"))
     ap.add_argument("--dataset", action="append", choices=list(SETTINGS),
                     help="the evaluated setting (default: sbm-pubmed and sbm-cora)")
     ap.add_argument("--only", help="search: the candidates to run, as 0-based indices into SEARCH (e.g. 0,2)")
-    ap.add_argument("--clip", type=float, help="step: the clip C from stage norms")
+    ap.add_argument("--clip", type=float, help="step: the clip C from stage norms; signal: the run's C for the noise")
     ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
     ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
     ap.add_argument("--dropout", type=float, default=0.5, help="norms: the GCN's dropout (default 0.5)")
@@ -172,7 +222,11 @@ def main() -> None:
     ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
                     help="norms: the stand-in's graph seed (default 1, the public one; 0 is the evaluated graph: "
                          "for the diagnosis after the runs only, never for choosing)")
+    ap.add_argument("--at-round", type=int, default=0, help="signal: the round whose updates are read, after that "
+                    "many noiseless rounds (default 0)")
     args = ap.parse_args()
+    if args.at_round < 0:
+        ap.error(f"--at-round {args.at_round}: valid: an integer >= 0")
     if args.stage == "search":
         picked = [SEARCH[int(i)] for i in args.only.split(",")] if args.only else list(SEARCH)
         for dataset in args.dataset or ["sbm-pubmed"]:
@@ -181,6 +235,8 @@ def main() -> None:
     for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
         if args.stage == "norms":
             norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden, args.dropout)
+        elif args.stage == "signal":
+            signal(dataset, args.graph_seed, args.hidden, args.dropout, args.at_round, args.clip)
         else:
             step(dataset, args.clip, args.hidden, STEPS if args.hidden == 16 else STEPS[:1])
 
