@@ -6,21 +6,28 @@ plot per graph under docs/img/privacy_utility_lapgraph_chosen/ (validation_chose
 Why the choice costs no ε: at one seed the candidates share one release (the same noise seed and ε split),
 and everything after the release reads only it and the client's features and labels, which edge-level DP does
 not protect (tests/lapgraph/test_lapgraph_select.py corrupts the true edges after the release and gets the
-same run). Choosing among functions of one ε-DP release is post-processing of it. Test accuracy is never read
-for the choice.
+same run). Choosing among functions of one ε-DP release is post-processing of it; the script refuses a seed whose
+candidates' records name different releases (graph, partition, ε split or noise seed) or OS-entropy noise.
+Test accuracy is never read for the choice.
 
     privfgl sweep experiments/privacy_utility_lapgraph_chosen.toml --jobs 2
-    python experiments/lapgraph_chosen_on_validation.py [--results runs/privacy_utility_lapgraph_chosen]
+    python experiments/lapgraph_chosen_on_validation.py [--config experiments/privacy_utility_lapgraph_chosen.toml]
+        [--results runs/privacy_utility_lapgraph_chosen]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from privfgl.doc_block import write_block
-from privfgl.plots import Reference, Series, line_plot, mean_std, read_csv
+from privfgl.plots import Reference, Series, line_plot, mean_std
+from privfgl.errors import ConfigError
+from privfgl.sweep.config import load_sweep
+from privfgl.sweep.report import record_row
+from privfgl.sweep.runner import record_path
 
 TAG = "lapgraph_chosen_on_validation"
 CANDIDATE_PREFIX = "LapGraph "
@@ -33,13 +40,41 @@ def candidate(cell: str) -> str:
     return cell.removeprefix(CANDIDATE_PREFIX).split(", target_epsilon")[0]
 
 
+def release_key(record: dict) -> tuple | None:
+    """What fixes a LapGraph run's release: the graph and its partition, the two ε and the noise seed (None for
+    OS-entropy noise, which draws a new release every run; None for other methods)."""
+    dp, c = (record.get("privacy") or {}).get("dp") or {}, record["config"]
+    if dp.get("method") != "lapgraph" or dp.get("noise_source") != "seeded":
+        return None
+    return (c.get("dataset_name", c["dataset"]), c["partition"], c["clients"], c.get("partition_seed"),
+            dp["epsilon_entries"], dp["epsilon_count"], dp["seed"])
+
+
+def load_rows(config: Path, results: Path) -> list[dict]:
+    """One flat row per recorded run of the sweep `config` under `results`, in the sweep's order of cells and
+    seeds (privfgl/sweep/report.py's columns), with its `release` key."""
+    rows = []
+    for cell, seed in load_sweep(config, results).tasks:
+        path = record_path(results, cell, seed)
+        if path.is_file():
+            record = json.loads(path.read_text())
+            rows.append({**record_row(record), "release": release_key(record)})
+    return rows
+
+
 def choose_on_validation(rows: list[dict]) -> dict[tuple[str, float], list[dict]]:
     """(dataset, ε) -> one entry per seed: {seed, chosen, val_acc, test_acc} of the candidate with the highest
-    validation accuracy at that seed (ties: the first in the rows' order). Rows: runs.csv of the sweep."""
+    validation accuracy at that seed (ties: the first in the rows' order). ValueError where the candidates of a
+    seed did not read one release (the choice is free only then)."""
     groups: dict[tuple[str, float, int], list[dict]] = defaultdict(list)
     for r in rows:
         if r["method"] == "lapgraph":
             groups[(r["dataset"], float(r["target_epsilon"]), int(r["seed"]))].append(r)
+    for (dataset, eps, seed), runs in groups.items():
+        keys = {r.get("release") for r in runs}
+        if None in keys or len(keys) > 1:
+            raise ValueError(f"{dataset}, ε = {eps:g}, seed {seed}: the candidates did not read one seeded release "
+                             f"(releases {sorted(map(str, keys))}); choosing among them would not be free")
     order = list(dict.fromkeys(dataset for dataset, _, _ in groups))  # the graphs in the rows' order
     out: dict[tuple[str, float], list[dict]] = defaultdict(list)
     for (dataset, eps, seed), runs in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:])):
@@ -91,16 +126,25 @@ def report(rows: list[dict], results: Path) -> tuple[str, dict[str, Series], dic
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", type=Path, default=Path("experiments/privacy_utility_lapgraph_chosen.toml"))
     ap.add_argument("--results", type=Path, default=Path("runs/privacy_utility_lapgraph_chosen"))
     ap.add_argument("--doc", type=Path, default=Path("docs/privacy-utility.md"))
     ap.add_argument("--img", type=Path, default=Path("docs/img/privacy_utility_lapgraph_chosen"))
     args = ap.parse_args(argv)
-    csv_path = args.results / "runs.csv"
-    if not csv_path.is_file():
-        print(f"--results {args.results}: no runs.csv there; run `privfgl sweep "
+    try:
+        rows = load_rows(args.config, args.results)
+    except ConfigError as e:
+        print(f"lapgraph_chosen_on_validation: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"--results {args.results}: no run records there; run `privfgl sweep "
               "experiments/privacy_utility_lapgraph_chosen.toml` first", file=sys.stderr)
         return 2
-    block, series, refs = report(read_csv(csv_path), args.results)
+    try:
+        block, series, refs = report(rows, args.results)
+    except ValueError as e:
+        print(f"lapgraph_chosen_on_validation: {e}", file=sys.stderr)
+        return 2
     images = []
     for dataset, s in series.items():
         path = line_plot([s], args.img / f"validation_chosen_{dataset}.png", xlabel="ε (pure, δ = 0; log scale)",

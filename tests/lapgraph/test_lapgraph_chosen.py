@@ -1,5 +1,6 @@
 """experiments/lapgraph_chosen_on_validation.py: per graph, ε and seed, the candidate with the highest validation
-accuracy is chosen, and its test accuracy is what is reported; test accuracy never enters the choice."""
+accuracy is chosen, and its test accuracy is what is reported; test accuracy never enters the choice, and a seed
+whose candidates did not read one release is refused."""
 import importlib.util
 from pathlib import Path
 
@@ -16,9 +17,10 @@ def script():
     return module
 
 
-def row(name, eps, seed, val, test, dataset="cora"):
+def row(name, eps, seed, val, test, dataset="cora", release=None):
     return {"cell": f"LapGraph {name}, target_epsilon={eps}, dataset={dataset}", "method": "lapgraph",
-            "dataset": dataset, "target_epsilon": eps, "seed": seed, "val_acc": val, "test_acc": test}
+            "dataset": dataset, "target_epsilon": eps, "seed": seed, "val_acc": val, "test_acc": test,
+            "release": release or (dataset, "louvain", 10, None, 0.99 * eps, 0.01 * eps, seed)}
 
 
 def test_the_choice_follows_validation_not_test(script):
@@ -40,7 +42,26 @@ def test_the_block_names_the_target_and_whether_it_is_met(script, tmp_path):
     assert list(series["cora"].x) == [1.0, 8.0]
 
 
+def test_candidates_of_different_releases_are_refused(script):
+    same = row("gcn, select=top", 1.0, 0, 0.6, 0.6)
+    other_noise = row("gcn, select=map", 1.0, 0, 0.7, 0.7, release=("cora", "louvain", 10, None, 0.99, 0.01, 5))
+    with pytest.raises(ValueError, match="did not read one seeded release"):
+        script.choose_on_validation([same, other_noise])
+    os_entropy = {**row("gcn, select=map", 1.0, 0, 0.7, 0.7), "release": None}
+    with pytest.raises(ValueError, match="did not read one seeded release"):
+        script.choose_on_validation([same, os_entropy])
+
+
+def test_the_release_key_names_the_graph_the_split_of_epsilon_and_the_noise_seed(script):
+    record = {"config": {"dataset": "cora", "partition": "louvain", "clients": 10, "partition_seed": None},
+              "privacy": {"dp": {"method": "lapgraph", "noise_source": "seeded", "seed": 3, "epsilon_entries": 0.99,
+                                 "epsilon_count": 0.01}}}
+    assert script.release_key(record) == ("cora", "louvain", 10, None, 0.99, 0.01, 3)
+    record["privacy"]["dp"]["noise_source"] = "os"
+    assert script.release_key(record) is None
+
+
 def test_without_records_it_says_so_in_one_line(script, tmp_path, capsys):
     assert script.main(["--results", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
-    assert "no runs.csv there" in err and len(err.strip().splitlines()) == 1
+    assert "no run records there" in err and len(err.strip().splitlines()) == 1
