@@ -121,10 +121,10 @@ def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, 
               for _ in range(20)]
     noise = SIGMA_EPS8 * clip / k * math.sqrt(w.shape[0] * c)
     print(f"{dataset}: stand-in {name} (graph seed {graph_seed}), {k} clients, hidden {hidden}, round {at_round}, "
-          f"first layer {first} "
-          f"{tuple(w.shape)}: mean update ‖W‖ = {float(w.norm()):.4f}; on the {c} class-mean directions ‖W Q‖ = "
-          f"{float((w @ basis).norm()):.4f}; on {c} random directions {sum(random) / len(random):.4f} (mean of 20); "
-          f"the ε = 8 noise there, σ·C/K·√(hidden·c) = {noise:.4f} (C = {clip:g}) ({time.time() - t0:.0f} s)", flush=True)
+          f"first layer {first} {tuple(w.shape)}: mean update ‖W‖ = {float(w.norm()):.4f}; on the {c} class-mean "
+          f"directions ‖W Q‖ = {float((w @ basis).norm()):.4f}; on {c} random directions "
+          f"{sum(random) / len(random):.4f} (mean of 20); the ε = 8 noise there, σ·C/K·√(hidden·c) = {noise:.4f} "
+          f"(C = {clip:g}) ({time.time() - t0:.0f} s)", flush=True)
 
 
 def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),

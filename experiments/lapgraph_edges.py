@@ -1,9 +1,10 @@
-"""What LapGraph's release keeps of each client's graph (auditor side: it reads the true graphs).
+r"""What LapGraph's release keeps of each client's graph (auditor side: it reads the true graphs).
 
-For each dataset, ε and variant (plain, rank 20, map: `select=map`), and noise seed: every client's release, drawn exactly as
-the run with `--method-param seed=S` draws it (NoiseSource(S).for_client(k), the release first), against
-its true graph: true edges |E|, released edges (T̃ unless map), true edges kept (recall = kept/|E|), false edges (T̃ − kept),
-and the share of released edges joining two nodes of the same label (the true graph's share beside it).
+For each dataset, ε and variant (plain, rank 20, map: `select=map`), and noise seed: every client's release,
+drawn exactly as the run with `--method-param seed=S` draws it (NoiseSource(S).for_client(k), the release
+first), against its true graph: true edges |E|, released edges (T̃ unless map), true edges kept (recall =
+kept/|E|), false edges (released − kept), and the share of released edges joining two nodes of the same label
+(the true graph's share beside it).
 Sums over the clients, mean over the seeds. Prints a Markdown table (docs/lapgraph.md).
 
     PRIVFGL_DATA=... python experiments/lapgraph_edges.py [--datasets cora,citeseer] [--seeds 0,1,2] \

@@ -69,7 +69,7 @@ def low_rank(entries: torch.Tensor, n: int, rank: int) -> torch.Tensor:
 
 def map_keep(noisy: torch.Tensor, count: int, epsilon_entries: float) -> torch.Tensor:
     """[m] bool: the noisy entries [m] whose posterior log-odds of being an edge,
-    log(T̃ / (m − T̃)) + ε_entries·(|y| − |y − 1|), are >= 0 (prior T̃/m from the noisy count T̃ = `count`)."""
+    log(T̃ / (m − T̃)) + ε_entries·(|y| − |y − 1|), are >= 0 (prior T̃/m, T̃ = `count`, the noisy count)."""
     m = noisy.numel()
     if count <= 0 or count >= m:
         return torch.full((m,), count > 0, dtype=torch.bool)
