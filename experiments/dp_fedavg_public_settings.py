@@ -66,7 +66,7 @@ def round_up(x: float) -> float:
     return math.ceil(x / scale) * scale
 
 
-def round_zero_updates(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
+def round_updates(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
                        local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0) -> list[dict[str, torch.Tensor]]:
     """Each client's update {parameter name: tensor} at round `at_round` (default 0) on `graph`, read from the
     server's view of a run without clipping or noise (σ = 1e-9, C = 1e9)."""
@@ -80,7 +80,7 @@ def round_zero_updates(dataset: str, graph, optimizer: tuple[str, float] = ("ada
 def update_norms(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
                  local_epochs: int = 3, dropout: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
     """(each client's round-0 update norm, shape [K]; the clients' mean update, shape [d]) on `graph`."""
-    ups = round_zero_updates(dataset, graph, optimizer, hidden, local_epochs, dropout)
+    ups = round_updates(dataset, graph, optimizer, hidden, local_epochs, dropout)
     flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
     return flat.norm(dim=1), flat.mean(0)
 
@@ -111,7 +111,7 @@ def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, 
     graph = public_graph(name, graph_seed)
     basis, _ = torch.linalg.qr(class_means(name, graph, graph_seed).T)  # [F, c]
     t0 = time.time()
-    ups = round_zero_updates(dataset, graph, hidden=hidden, dropout=dropout, at_round=at_round)
+    ups = round_updates(dataset, graph, hidden=hidden, dropout=dropout, at_round=at_round)
     first = next(k for k in ups[0] if k.endswith("weight"))  # the first layer's weight, [hidden, F]
     w = torch.stack([u[first].double() for u in ups]).mean(0)
     norms_ = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]).norm() for u in ups])

@@ -100,7 +100,8 @@ def report(rows: list[dict], results: Path) -> tuple[str, dict[str, Series], dic
              f"({', '.join(names)}); records in `{results}/records/`; mean ± sample std over seeds.", "",
              "| dataset | ε | chosen: test acc | chosen per seed | " + " | ".join(names) + " | issue #44's target |",
              "|---|---|---|---|" + "---|" * len(names) + "---|"]
-    series, refs = {}, defaultdict(list)
+    points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # dataset -> (ε, mean, std)
+    refs: dict[str, list[Reference]] = defaultdict(list)
     for (dataset, eps), picks in chosen.items():
         tests = [p["test_acc"] for p in picks]
         per_seed = " / ".join(f"{p['chosen']} ({p['test_acc']:.3f})" for p in picks)
@@ -110,10 +111,8 @@ def report(rows: list[dict], results: Path) -> tuple[str, dict[str, Series], dic
             mean = mean_std(tests)[0]
             target = f"≥ {TARGETS[eps]}: {'met' if mean >= TARGETS[eps] else 'unmet'}"
         lines.append(f"| {dataset} | {eps:g} | {_pm(tests)} | {per_seed} | " + " | ".join(cells) + f" | {target} |")
-        s = series.get(dataset)
-        mean, std = mean_std(tests)
-        series[dataset] = Series("LapGraph, chosen on validation", [*(s.x if s else []), eps],
-                                 [*(s.y if s else []), mean], [*(s.yerr if s else []), std])
+        points[dataset].append((eps, *mean_std(tests)))
+    series = {dataset: Series("LapGraph, chosen on validation", *map(list, zip(*pts))) for dataset, pts in points.items()}
     for name, colour in BASELINES.items():
         for dataset in series:
             accs = [r["test_acc"] for r in rows if r["cell"].startswith(name) and r["dataset"] == dataset]

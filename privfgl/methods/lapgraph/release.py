@@ -91,9 +91,9 @@ def release(edge_index: torch.Tensor, n: int, p: LapGraphParams, source: NoiseSo
     if p.rank > 0:
         noisy = low_rank(noisy, n, p.rank)
     if p.select == "map":
-        top = map_keep(noisy, count, p.epsilon_entries).nonzero().flatten()
+        kept = map_keep(noisy, count, p.epsilon_entries).nonzero().flatten()
     else:
-        top = torch.topk(noisy, count).indices
+        kept = torch.topk(noisy, count).indices
     rows, cols = torch.triu_indices(n, n, offset=1)
-    i, j = rows[top], cols[top]
+    i, j = rows[kept], cols[kept]
     return Release(torch.stack([torch.cat([i, j]), torch.cat([j, i])]), count, noisy_canaries)
