@@ -108,8 +108,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     t("--weight-decay", type=float, help="(default 5e-4)")
     t("--optimizer", help="local optimizer: adam (default) or sgd")
     t("--engine", help="auto (default), stacked (all clients at once), looped (one model per client), or ray: "
-                       "each client a Ray actor holding its data, model and protocol keys (local, fedavg, fedprox, "
-                       "dp-fedavg; "
+                       "each client a Ray actor holding its data, model and protocol keys (every method; "
                        "docs/cluster.md)")
 
     t("--evaluation", help="local_model (default: each client's model after its local training, as OpenFGL) "
