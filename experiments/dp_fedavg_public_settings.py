@@ -67,7 +67,7 @@ def round_up(x: float) -> float:
 
 
 def round_updates(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
-                       local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0) -> list[dict[str, torch.Tensor]]:
+                  local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0) -> list[dict[str, torch.Tensor]]:
     """Each client's update {parameter name: tensor} at round `at_round` (default 0) on `graph`, read from the
     server's view of a run without clipping or noise (σ = 1e-9, C = 1e9)."""
     cfg = config(dataset, at_round + 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer,
