@@ -23,11 +23,12 @@ run cut off by time leaves the finished seeds. Both report the seen test accurac
 best (seen) validation accuracy, pooled over the clients' test nodes (privfgl's test_acc_micro; main.py
 weighs each client's accuracy by its test count). The rounds are each code's own selection; privfgl's
 runs also keep the round main.py's rule would pick (code_selection) and the accuracy there. Results land in
-WORK/results.json cell by cell, stage by stage and seed by seed (a later call runs only the missing
-ones); the tables go to docs/authors-side-by-side.md's block
-`authors_side_by_side_fedlog`: per cell the paper (Table 1(a)), both codes, each side's wall
-seconds per run at one thread, and the issue's target (privfgl >= the authors' mean minus one std,
-seconds <= theirs).
+WORK/results.json (or --results PATH) cell by cell, stage by stage and seed by seed (a later call runs only
+the missing ones), each run stamped with privfgl's commit and its files' sha256; --merge adds the results
+files of calls run side by side in other work folders. The tables go to docs/authors-side-by-side.md's block
+`authors_side_by_side_fedlog` (or --tag): per cell with results the paper (Table 1(a)), both codes, each
+side's wall seconds per run at one thread, and the issue's target (privfgl >= the authors' mean minus one
+std, seconds <= theirs), then the commits the runs came from.
 
     OMP_NUM_THREADS=1 PRIVFGL_DATA=... python experiments/authors_side_by_side_fedlog.py \
         --peer-python /tmp/peer-log/venv/bin/python --peer-src /tmp/peer-log/src --work /tmp/peer-log/side
@@ -296,7 +297,10 @@ def table(results: dict, work: Path) -> str:
             "|---|---|---|---|---|---|---|---|---|"]
     hashes = []
     for cell, spec in CELLS.items():
-        for name in [cell, *sorted(k for k in results if k.startswith(cell + "@"))]:
+        names = [k for k in results if k == cell or k.startswith(cell + "@")]
+        if results and not names:
+            continue  # a results file of some cells: only theirs (an empty one: every cell, not run)
+        for name in [cell, *sorted(k for k in names if k != cell)]:
             r = {stage: per_seed(results.get(name, {}).get(stage)) for stage in STAGES}
             budget = f" ({name.split('@')[1]})" if "@" in name else ""
             label = f"{PEER_NAMES[spec.dataset]} K={spec.clients}{budget}"
@@ -304,10 +308,14 @@ def table(results: dict, work: Path) -> str:
             rows.append(f"| {label} | {paper} | {_cell(r['peer'])} | {_cell(r['privfgl'])} | "
                         f"{_per_seed(r['peer'])} | {_per_seed(r['privfgl'])} | {_seconds(r['peer'])} | "
                         f"{_seconds(r['privfgl'])} | {verdict(results.get(name, {}))} |")
+        stored = {(run["files"]["partition"], run["files"]["split"]) for k in names
+                  for runs in results[k].values() for run in runs.values() if "files" in run}
         folder = work / cell
-        if (folder / "partition.txt").is_file():
-            hashes.append(f"{cell}: `partition.txt` {file_sha256('file:' + str(folder / 'partition.txt'))[:12]}…, "
-                          f"`split.json` {split_sha256(str(folder / 'split.json'))[:12]}…")
+        if not stored and (folder / "partition.txt").is_file():
+            stored = {(file_sha256("file:" + str(folder / "partition.txt")), split_sha256(str(folder / "split.json")))}
+        hashes += [f"{cell}: `partition.txt` {part[:12]}…, `split.json` {split[:12]}…" for part, split in sorted(stored)]
+        if len(stored) > 1:
+            hashes.append(f"**{cell}'s runs did not all run on the same files**")
     extra = ablation_table(results)
     return "\n".join([*rows, *([""] + extra if extra else []), "",
                       "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
@@ -316,7 +324,7 @@ def table(results: dict, work: Path) -> str:
                       "validation accuracy (\"at main.py's round\": privfgl's run at the round main.py's rule picks, "
                       "validation weighted by missing-class counts); mean ± population std; seconds: each side's "
                       "mean wall time per run at one thread on the shared 2-core machine, so only their order "
-                      "means anything."]) + "\n"
+                      "means anything." + (" " + provenance(results) if provenance(results) else "")]) + "\n"
 
 
 def key(cell: str, budget: tuple[int, int]) -> str:
@@ -325,9 +333,52 @@ def key(cell: str, budget: tuple[int, int]) -> str:
 
 
 def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[int, int]) -> dict:
-    if stage == "peer":
-        return run_peer(args, work, cell, seed, budget)
-    return run_privfgl(work, cell, seed, budget=budget, params=args.param)
+    """One run, stamped with privfgl's commit (code_version) and the sha256 of the files it ran on."""
+    from privfgl.data.partition_file import file_sha256
+    from privfgl.data.split_file import split_sha256
+    result = run_peer(args, work, cell, seed, budget) if stage == "peer" else \
+        run_privfgl(work, cell, seed, budget=budget, params=args.param)
+    folder = work / cell
+    return {**result, "code": code_version(),
+            "files": {"partition": file_sha256("file:" + str(folder / "partition.txt")),
+                      "split": split_sha256(str(folder / "split.json"))}}
+
+
+def code_version() -> str:
+    """privfgl's commit (git HEAD, 12 hex digits) a run came from, with '+dirty' when privfgl/ or
+    experiments/ differ from it: a stored result from older code is then visible in the table."""
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO), *argv], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--", "privfgl", "experiments") else "")
+
+
+def merge_results(into: dict, other: dict, source: str) -> dict:
+    """`other`'s runs (cell -> stage -> seed -> run) added to `into`, in place: the results of calls run
+    side by side in other work folders. A seed stored in both with different accuracies is an error that
+    names it, so no result is silently dropped."""
+    for cell, stages in other.items():
+        for stage, runs in stages.items():
+            mine = into.setdefault(cell, {}).setdefault(stage, {})
+            for seed, run in runs.items():
+                if seed in mine and mine[seed]["acc"] != run["acc"]:
+                    raise SystemExit(f"--merge {source}: {cell} {stage} seed {seed} is {run['acc']:.2f} there and "
+                                     f"{mine[seed]['acc']:.2f} in the results file; keep one")
+                mine.setdefault(seed, run)
+    return into
+
+
+def provenance(results: dict) -> str:
+    """A sentence naming the commits the table's runs came from (code_version), privfgl's and the peer
+    driver's, and how many runs were stored before commits were kept."""
+    stamps = [run.get("code") for stages in results.values() for runs in stages.values() for run in runs.values()]
+    kept = sorted({s for s in stamps if s})
+    unknown = sum(s is None for s in stamps)
+    if not kept:
+        return ""
+    said = f"Runs from privfgl commit{'s' if len(kept) > 1 else ''} " + ", ".join(f"`{c}`" for c in kept)
+    return said + (f"; {unknown} stored before commits were kept." if unknown else ".")
 
 
 def ablation_table(results: dict) -> list[str]:
@@ -368,11 +419,16 @@ def main() -> int:
     ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "SEED", "LOG"),
                     help="take a cell's peer run from the log of a run made by hand (run_peer's command)")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
+    ap.add_argument("--tag", default=TAG, help=f"the block's marker in --out (default {TAG})")
+    ap.add_argument("--results", type=Path, help="the results file (default WORK/results.json); one kept beside "
+                    "the docs lets a later call write its block again")
+    ap.add_argument("--merge", type=Path, nargs="+", default=[], metavar="RESULTS",
+                    help="results files of calls run side by side in other work folders, merged in first")
     args = ap.parse_args()
     args.param = {k: v for d in args.param for k, v in d.items()}
     ablation = "privfgl+" + ",".join(f"{k}={v}" for k, v in sorted(args.param.items())) if args.param else None
     args.work.mkdir(parents=True, exist_ok=True)
-    store = args.work / "results.json"
+    store = args.results or args.work / "results.json"
 
     def save(cell: str, stage: str, seed: int, result: dict) -> dict:
         merged = json.loads(store.read_text()) if store.is_file() else {}  # another call may run other cells
@@ -385,6 +441,12 @@ def main() -> int:
             print(cell, export(args.work, cell))
         return 0
     results = json.loads(store.read_text()) if store.is_file() else {}
+    for other in args.merge:
+        if not other.is_file():
+            raise SystemExit(f"--merge {other}: no such results file")
+        merge_results(results, json.loads(other.read_text()), str(other))
+    if args.merge:
+        store.write_text(json.dumps(results, indent=1))
     if args.peer_log:
         cell, seed, log = args.peer_log
         results = save(cell, "peer", int(seed), one_run(parse_peer_log(Path(log).read_text()), int(seed)))
@@ -397,7 +459,7 @@ def main() -> int:
                     continue
                 results = save(name, stored, seed, run_stage(args, args.work, cell, stage, seed, args.budget))
                 print(name, stored, seed, results[name][stored][str(seed)], flush=True)
-    write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
+    write_block(args.out, args.tag, table(results, args.work), title="Side by side with the authors' code")
     print(table(results, args.work))
     return 0
 

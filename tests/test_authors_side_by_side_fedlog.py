@@ -96,13 +96,52 @@ def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_p
                                                                          "acc_code_selection": 83.0}}}}
     text = script.table(results, tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| Cora") or line.startswith("| CiteSeer")]
-    assert len(rows) == 7  # six cells at the full budget, not run, and Cora K=3 at the smaller one
+    assert len(rows) == 2  # only the cell with results: Cora K=3 at the full budget, not run, and at the smaller one
     assert "| Cora K=3 (rounds=5,gen=10) | — | 80.00 ± 0.00 | 81.00 ± 0.00 |" in text
     assert "acc holds (floor 80.00); time holds" in text
     assert "| cora-3 (rounds=5,gen=10) | `warmup_form=code` | 79.50 ± 0.00 (1 of 3 seeds) |" in text
     assert "| cora-3 (rounds=5,gen=10) | its defaults | 81.00 ± 0.00 |" in text
     assert "| `preset=code` | 82.00 ± 0.00 (1 of 3 seeds) | 82.00 | 83.00 ± 0.00 | 10 | 80.00 ± 0.00 |" in text
-    assert text.count("not measured") == 6
+    assert text.count("not measured") == 1
+    every = [line for line in script.table({}, tmp_path).splitlines() if line.startswith(("| Cora", "| CiteSeer"))]
+    assert len(every) == 6 and all("not run" in line for line in every)  # an empty results file: every cell
+
+
+def _run(acc, code=None, files=("p" * 64, "s" * 64)):
+    run = {"acc": acc, "seconds": 10.0, "best_round": 3, "files": {"partition": files[0], "split": files[1]}}
+    return {**run, "code": code} if code else run
+
+
+def test_merging_results_files_keeps_every_run_and_refuses_two_scores_for_one_seed():
+    script = _script()
+    mine = {"cora-5": {"peer": {"0": _run(86.0)}}}
+    script.merge_results(mine, {"cora-5": {"peer": {"1": _run(85.0)}, "privfgl": {"0": _run(87.0)}}}, "b.json")
+    script.merge_results(mine, {"cora-5": {"peer": {"0": _run(86.0)}}}, "c.json")  # the same run twice: fine
+    assert sorted(mine["cora-5"]["peer"]) == ["0", "1"] and mine["cora-5"]["privfgl"]["0"]["acc"] == 87.0
+    with pytest.raises(SystemExit, match=r"--merge d.json: cora-5 peer seed 1 is 84.00 there and 85.00"):
+        script.merge_results(mine, {"cora-5": {"peer": {"1": _run(84.0)}}}, "d.json")
+
+
+def test_the_table_names_the_commits_its_runs_came_from_and_files_that_differ(tmp_path):
+    script = _script()
+    results = {"cora-5": {"peer": {"0": _run(86.0, "aaaa"), "1": _run(85.0, "aaaa")},
+                          "privfgl": {"0": _run(86.5, "bbbb"), "1": _run(85.5)}}}
+    text = script.table(results, tmp_path)
+    assert "Runs from privfgl commits `aaaa`, `bbbb`; 1 stored before commits were kept." in text
+    assert "cora-5: `partition.txt` pppppppppppp…, `split.json` ssssssssssss…" in text
+    assert "did not all run on the same files" not in text
+    results["cora-5"]["privfgl"]["1"] = _run(85.5, "bbbb", files=("q" * 64, "s" * 64))
+    assert "**cora-5's runs did not all run on the same files**" in script.table(results, tmp_path)
+
+
+def test_a_runs_commit_is_git_head_and_says_when_the_tree_differs():
+    import subprocess
+    stamp = _script().code_version()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if not head:
+        pytest.skip("not a git checkout")
+    assert stamp.split("+")[0] == head and stamp in (head, head + "+dirty")
 
 
 def _entry(round_, val_accs, test_micro):
