@@ -416,6 +416,8 @@ def main() -> int:
                     metavar="KEY=VALUE", help="privfgl method params over its defaults: an ablation, kept as the "
                     "stage privfgl+KEY=VALUE,...")
     ap.add_argument("--export-only", action="store_true", help="write the cells' client files and stop")
+    ap.add_argument("--write-only", action="store_true",
+                    help="run nothing: write the block from the results file (after any --merge)")
     ap.add_argument("--peer-log", nargs=3, metavar=("CELL", "SEED", "LOG"),
                     help="take a cell's peer run from the log of a run made by hand (run_peer's command)")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
@@ -450,7 +452,7 @@ def main() -> int:
     if args.peer_log:
         cell, seed, log = args.peer_log
         results = save(cell, "peer", int(seed), one_run(parse_peer_log(Path(log).read_text()), int(seed)))
-    for cell in args.cells:
+    for cell in [] if args.write_only else args.cells:
         name = key(cell, args.budget)
         for stage in args.stages:
             for seed in args.seeds:

@@ -165,3 +165,23 @@ def test_privfgl_is_scored_on_its_pooled_test_accuracy_as_main_py_weighs_clients
         (50.0, 0, 60.0, 1)
     assert got["acc_node_weighted"] == 40.0
     assert got["curve"] == [[0, 50.0, 50.0], [1, 35.0, 60.0]]
+
+
+def test_write_only_merges_and_writes_the_block_without_running_anything(tmp_path, monkeypatch):
+    script = _script()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"cora-5": {"peer": {"0": _run(86.0), "1": _run(85.0)},
+                                            "privfgl": {"0": _run(86.5, "abcd"), "1": _run(85.5, "abcd")}}}))
+    kept, page = tmp_path / "kept.json", tmp_path / "page.md"
+
+    def no_runs(*_args, **_kwargs):
+        raise AssertionError("--write-only ran something")
+    monkeypatch.setattr(script, "run_stage", no_runs)
+    monkeypatch.setattr("sys.argv", ["x", "--work", str(tmp_path / "w"), "--results", str(kept), "--merge",
+                                     str(other), "--write-only", "--out", str(page), "--tag", "full"])
+    assert script.main() == 0
+    assert json.loads(kept.read_text()) == json.loads(other.read_text())
+    text = page.read_text()
+    assert text.count("<!-- full -->") == 1
+    assert "| Cora K=5 | 85.75 | 85.50 ± 0.50 (2 of 3 seeds) | 86.00 ± 0.50 (2 of 3 seeds) |" in text
+    assert "Runs from privfgl commit `abcd`; 2 stored before commits were kept." in text
