@@ -316,7 +316,7 @@ def table(results: dict, work: Path) -> str:
         hashes += [f"{cell}: `partition.txt` {part[:12]}…, `split.json` {split[:12]}…" for part, split in sorted(stored)]
         if len(stored) > 1:
             hashes.append(f"**{cell}'s runs did not all run on the same files**")
-    extra = ablation_table(results)
+    extra, commits = ablation_table(results), provenance(results)
     return "\n".join([*rows, *([""] + extra if extra else []), "",
                       "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
                       f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
@@ -324,7 +324,7 @@ def table(results: dict, work: Path) -> str:
                       "validation accuracy (\"at main.py's round\": privfgl's run at the round main.py's rule picks, "
                       "validation weighted by missing-class counts); mean ± population std; seconds: each side's "
                       "mean wall time per run at one thread on the shared 2-core machine, so only their order "
-                      "means anything." + (" " + provenance(results) if provenance(results) else "")]) + "\n"
+                      "means anything." + (" " + commits if commits else "")]) + "\n"
 
 
 def key(cell: str, budget: tuple[int, int]) -> str:
@@ -431,6 +431,7 @@ def main() -> int:
     ablation = "privfgl+" + ",".join(f"{k}={v}" for k, v in sorted(args.param.items())) if args.param else None
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.results or args.work / "results.json"
+    store.parent.mkdir(parents=True, exist_ok=True)
 
     def save(cell: str, stage: str, seed: int, result: dict) -> dict:
         merged = json.loads(store.read_text()) if store.is_file() else {}  # another call may run other cells
@@ -444,9 +445,10 @@ def main() -> int:
         return 0
     results = json.loads(store.read_text()) if store.is_file() else {}
     for other in args.merge:
-        if not other.is_file():
-            raise SystemExit(f"--merge {other}: no such results file")
-        merge_results(results, json.loads(other.read_text()), str(other))
+        try:
+            merge_results(results, json.loads(other.read_text()), str(other))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SystemExit(f"--merge {other}: not a readable results file ({err})") from None
     if args.merge:
         store.write_text(json.dumps(results, indent=1))
     if args.peer_log:

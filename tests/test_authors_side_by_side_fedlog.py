@@ -185,3 +185,6 @@ def test_write_only_merges_and_writes_the_block_without_running_anything(tmp_pat
     assert text.count("<!-- full -->") == 1
     assert "| Cora K=5 | 85.75 | 85.50 ± 0.50 (2 of 3 seeds) | 86.00 ± 0.50 (2 of 3 seeds) |" in text
     assert "Runs from privfgl commit `abcd`; 2 stored before commits were kept." in text
+    other.write_text("{not json")
+    with pytest.raises(SystemExit, match=r"--merge .*other.json: not a readable results file"):
+        script.main()
