@@ -333,25 +333,17 @@ def key(cell: str, budget: tuple[int, int]) -> str:
 
 
 def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[int, int]) -> dict:
-    """One run, stamped with privfgl's commit (code_version) and the sha256 of the files it ran on."""
+    """One run, stamped with privfgl's commit (privfgl.provenance.code_commit) and the sha256 of the files it
+    ran on."""
     from privfgl.data.partition_file import file_sha256
+    from privfgl.provenance import code_commit
     from privfgl.data.split_file import split_sha256
     result = run_peer(args, work, cell, seed, budget) if stage == "peer" else \
         run_privfgl(work, cell, seed, budget=budget, params=args.param)
     folder = work / cell
-    return {**result, "code": code_version(),
+    return {**result, "code": code_commit(),
             "files": {"partition": file_sha256("file:" + str(folder / "partition.txt")),
                       "split": split_sha256(str(folder / "split.json"))}}
-
-
-def code_version() -> str:
-    """privfgl's commit (git HEAD, 12 hex digits) a run came from, with '+dirty' when privfgl/ or
-    experiments/ differ from it: a stored result from older code is then visible in the table."""
-    def git(*argv: str) -> str:
-        done = subprocess.run(["git", "-C", str(REPO), *argv], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--", "privfgl", "experiments") else "")
 
 
 def merge_results(into: dict, other: dict, source: str) -> dict:
@@ -370,15 +362,11 @@ def merge_results(into: dict, other: dict, source: str) -> dict:
 
 
 def provenance(results: dict) -> str:
-    """A sentence naming the commits the table's runs came from (code_version), privfgl's and the peer
-    driver's, and how many runs were stored before commits were kept."""
-    stamps = [run.get("code") for stages in results.values() for runs in stages.values() for run in runs.values()]
-    kept = sorted({s for s in stamps if s})
-    unknown = sum(s is None for s in stamps)
-    if not kept:
-        return ""
-    said = f"Runs from privfgl commit{'s' if len(kept) > 1 else ''} " + ", ".join(f"`{c}`" for c in kept)
-    return said + (f"; {unknown} stored before commits were kept." if unknown else ".")
+    """The sentence naming the commits the table's runs came from (privfgl's, whose experiments/peers/
+    drives the authors' code), with the runs stored before commits were kept."""
+    from privfgl.provenance import commits_sentence
+    return commits_sentence([run.get("code") for stages in results.values() for runs in stages.values()
+                             for run in runs.values()], what="runs")
 
 
 def ablation_table(results: dict) -> list[str]:

@@ -273,8 +273,11 @@ class RunConfig:
 
 def _versions() -> dict:
     import torch_geometric
+
+    from privfgl.provenance import code_commit
     return {"python": platform.python_version(), "torch": torch.__version__,
-            "torch_geometric": torch_geometric.__version__, "privfgl": _privfgl_version()}
+            "torch_geometric": torch_geometric.__version__, "privfgl": _privfgl_version(),
+            "privfgl_commit": code_commit()}
 
 
 def _privfgl_version() -> str:

@@ -127,44 +127,11 @@ def test_the_table_names_the_commits_its_runs_came_from_and_files_that_differ(tm
     results = {"cora-5": {"peer": {"0": _run(86.0, "aaaa"), "1": _run(85.0, "aaaa")},
                           "privfgl": {"0": _run(86.5, "bbbb"), "1": _run(85.5)}}}
     text = script.table(results, tmp_path)
-    assert "Runs from privfgl commits `aaaa`, `bbbb`; 1 stored before commits were kept." in text
+    assert "The runs come from privfgl commits `aaaa` (2), `bbbb` (1), and 1 from before commits were kept" in text
     assert "cora-5: `partition.txt` pppppppppppp…, `split.json` ssssssssssss…" in text
     assert "did not all run on the same files" not in text
     results["cora-5"]["privfgl"]["1"] = _run(85.5, "bbbb", files=("q" * 64, "s" * 64))
     assert "**cora-5's runs did not all run on the same files**" in script.table(results, tmp_path)
-
-
-def test_a_runs_commit_is_git_head_and_says_when_the_tree_differs():
-    import subprocess
-    stamp = _script().code_version()
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
-    if not head:
-        pytest.skip("not a git checkout")
-    assert stamp.split("+")[0] == head and stamp in (head, head + "+dirty")
-
-
-def _entry(round_, val_accs, test_micro):
-    return {"round": round_, "val_acc": sum(val_accs) / len(val_accs), "test_acc_micro": test_micro,
-            "per_client": [{"val_acc": v} for v in val_accs]}
-
-
-def test_main_pys_round_weighs_validation_by_missing_class_counts_and_a_tie_goes_to_the_later_round():
-    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60), _entry(2, [0.3, 0.5], 0.70),
-               _entry(3, [0.1, 0.5], 0.80)]
-    # client 0 has no missing-class nodes: main.py weighs its validation accuracy by 0
-    assert _script().code_selection(history, [0, 7]) == 3  # rounds 1-3 tie at 0.5: the last one wins
-    assert _script().code_selection(history, [1, 0]) == 0
-
-
-def test_privfgl_is_scored_on_its_pooled_test_accuracy_as_main_py_weighs_clients():
-    history = [_entry(0, [0.9, 0.1], 0.50), _entry(1, [0.2, 0.5], 0.60)]
-    metrics = {"test_acc": 0.4, "test_acc_micro": 0.5, "best_round": 0}  # test_acc: weighted by node counts
-    got = _script().scores(metrics, history, [0, 3])
-    assert (got["acc"], got["best_round"], got["acc_code_selection"], got["best_round_code_selection"]) == \
-        (50.0, 0, 60.0, 1)
-    assert got["acc_node_weighted"] == 40.0
-    assert got["curve"] == [[0, 50.0, 50.0], [1, 35.0, 60.0]]
 
 
 def test_write_only_merges_and_writes_the_block_without_running_anything(tmp_path, monkeypatch):
@@ -184,7 +151,7 @@ def test_write_only_merges_and_writes_the_block_without_running_anything(tmp_pat
     text = page.read_text()
     assert text.count("<!-- full -->") == 1
     assert "| Cora K=5 | 85.75 | 85.50 ± 0.50 (2 of 3 seeds) | 86.00 ± 0.50 (2 of 3 seeds) |" in text
-    assert "Runs from privfgl commit `abcd`; 2 stored before commits were kept." in text
+    assert "privfgl commits `abcd` (2), and 2 from before commits were kept: not all from one code." in text
     other.write_text("{not json")
     with pytest.raises(SystemExit, match=r"--merge .*other.json: not a readable results file"):
         script.main()

@@ -588,6 +588,19 @@ def test_a_cells_summary_counts_its_own_seeds_and_averages_only_the_numbers_it_h
     assert b["epsilon"] is None and b["leak"] is None and "leak:std" not in b
 
 
+def test_the_report_names_the_commit_its_records_come_from_and_a_mix(finished, tmp_path, planetoid_root):
+    from privfgl.provenance import code_commit
+    sweep = copied(finished, tmp_path, planetoid_root)
+    table, _ = report(sweep)
+    assert f"The records come from privfgl commit `{code_commit()}`." in table.splitlines()[0]
+    path = record_path(sweep.results, *sweep.tasks[0])
+    record = json.loads(path.read_text())
+    record["config"]["versions"]["privfgl_commit"] = "000000000000"  # a record left by older code
+    path.write_text(json.dumps(record))
+    table, _ = report(sweep)
+    assert f"commits `000000000000` (1), `{code_commit()}` ({len(sweep.tasks) - 1}): not all from one code" in table
+
+
 def test_a_record_row_reads_the_last_rounds_accuracy_and_the_upload_per_round():
     record = {"sweep": {"cell": "c", "seed": 0, "sigma": None, "options": {}},
               "config": {"method": "fedavg", "dataset": "cora", "partition": "louvain", "clients": 2, "rounds": 4,

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from privfgl.doc_block import write_block
+from privfgl.provenance import commits_sentence
 from privfgl.errors import ConfigError
 from privfgl.sweep.config import Sweep
 from privfgl.sweep.runner import record_path
@@ -106,7 +107,7 @@ def record_row(record: dict, extra: tuple[str, ...] = ()) -> dict:
            "val_acc": m.get("val_acc"), "best_round": m.get("best_round"),
            "epsilon": epsilon if epsilon is not None and math.isfinite(epsilon) else None,
            "MB_up_per_client": mb, "MB_up_per_client_round": mb / max(cost.get("rounds") or 1, 1),
-           "seconds": record["time"]["total_s"]}
+           "seconds": record["time"]["total_s"], "privfgl_commit": c.get("versions", {}).get("privfgl_commit")}
     row.update(_attack_columns(record.get("attacks", [])))
     row.update({path: record_value(record, path) for path in extra})
     return row
@@ -180,7 +181,9 @@ def table_columns(sweep: Sweep, summary: list[dict]) -> list[str]:
     return [*varying, *with_paper]
 
 
-def markdown(sweep: Sweep, summary: list[dict]) -> str:
+def markdown(sweep: Sweep, summary: list[dict], commits: list[str | None] | None = None) -> str:
+    """The sweep's table under a line naming its config and records, then (`commits`: each record's
+    privfgl_commit) the commits the records come from (privfgl.provenance.commits_sentence)."""
     cols = table_columns(sweep, summary)
     titles = [sweep.headers.get(c, c) for c in cols]  # [sweep] headers: a column's title in this table only
     lines = ["| cell | seeds | " + " | ".join(titles) + " |", "|---" * (len(cols) + 2) + "|"]
@@ -189,8 +192,10 @@ def markdown(sweep: Sweep, summary: list[dict]) -> str:
                  for c in cols]
         lines.append(f"| {s['cell']} | {s['seeds']} | " + " | ".join(cells) + " |")
     seeds = ", ".join(map(str, sweep.seeds))
+    provenance = commits_sentence(commits or [])
     return (f"{titled(sweep.title, summary) or 'Sweep ' + sweep.name}: mean ± std over seeds ({seeds}); config "
-            f"`{shown(sweep.source)}`, records in `{shown(sweep.results)}/records/`.\n\n" + "\n".join(lines) + "\n")
+            f"`{shown(sweep.source)}`, records in `{shown(sweep.results)}/records/`."
+            + (f" {provenance}" if provenance else "") + "\n\n" + "\n".join(lines) + "\n")
 
 
 def _spaced(xs: list[float], logx: bool) -> list[float]:
@@ -355,7 +360,7 @@ def report(sweep: Sweep) -> tuple[str, list[Path]]:
         if all(s.get(column) is None for s in summary):
             print(f"privfgl: warning: column {column!r} is in no record of sweep {sweep.name} (a typo? its table "
                   "column and plot stay empty)", file=sys.stderr)
-    table = markdown(sweep, summary)
+    table = markdown(sweep, summary, commits=[r["privfgl_commit"] for r in rows])
     files = [write_csv(rows, sweep.results / "runs.csv"), write_csv(summary, sweep.results / "summary.csv")]
     (sweep.results / "summary.md").write_text(table)
     files.append(sweep.results / "summary.md")
