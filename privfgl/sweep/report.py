@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from privfgl.doc_block import write_block
-from privfgl.provenance import commits_sentence
 from privfgl.errors import ConfigError
+from privfgl.provenance import commits_sentence
 from privfgl.sweep.config import Sweep
 from privfgl.sweep.runner import record_path
 
