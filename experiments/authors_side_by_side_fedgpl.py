@@ -132,7 +132,8 @@ def parse_peer_log(text: str) -> dict | None:
 
 def parse_record(record: dict) -> dict:
     """A privfgl run: task-mean test ACC and F1 at the round its selection picked, per task, the last round's,
-    the best on test, and its seconds without GraphCL pretraining (the authors ship a pretrained checkpoint)."""
+    the best on test, its seconds without GraphCL pretraining (the authors ship a pretrained checkpoint), and the
+    privfgl commit that made it (None for a record from before commits were kept)."""
     tasks = record["metrics"]["per_task"]
     pretrain = record["time"]["caches"]["pretrain"]
     pretrain_s = pretrain["seconds"] if pretrain["cache"] == "miss" else 0.0
@@ -140,7 +141,8 @@ def parse_record(record: dict) -> dict:
             "tasks": [100 * tasks["acc"][t] for t in ("node", "edge", "graph")],
             "last_acc": 100 * tasks["last_acc"]["mean_over_tasks"], "best_test": 100 * max(tasks["test_curve"]),
             "best_round": record["metrics"]["best_round"], "seconds": record["time"]["total_s"] - pretrain_s,
-            "pretrain_s": pretrain["seconds"], "samples_sha": record["metrics"].get("samples_file", {}).get("sha256")}
+            "pretrain_s": pretrain["seconds"], "samples_sha": record["metrics"].get("samples_file", {}).get("sha256"),
+            "code": record.get("config", {}).get("versions", {}).get("privfgl_commit")}
 
 
 def run_one(args, work: Path, cell: str, stage: str, seed: int) -> dict | None:
@@ -250,8 +252,17 @@ def table(results: dict) -> str:
     lines.append(f"Training seeds {', '.join(map(str, SEEDS))} on both sides (samples fixed at the authors' seed "
                  "2023); mean ± population std; acc: test accuracy averaged within each task, then over the three, at "
                  "the round the configuration picks (the code's: best on test); seconds: mean wall time per run at one "
-                 "thread, each side's whole run (data, training, per-round evaluation).")
+                 "thread, each side's whole run (data, training, per-round evaluation)." + commits(results))
     return "\n".join(lines) + "\n"
+
+
+def commits(results: dict) -> str:
+    """' The privfgl runs come from privfgl commit `X`.' (privfgl.provenance.commits_sentence over the privfgl
+    stages' runs), or '' when none names its commit."""
+    from privfgl.provenance import commits_sentence
+    sentence = commits_sentence([run.get("code") for stages in results.values() for stage, runs in stages.items()
+                                 if not stage.startswith("peer") for run in runs], what="privfgl runs")
+    return f" {sentence}" if sentence else ""
 
 
 def collect(args, cells: list[str], stages: list[str]) -> dict:

@@ -336,12 +336,13 @@ def run_stage(args, work: Path, cell: str, stage: str, seed: int, budget: tuple[
     """One run, stamped with privfgl's commit (privfgl.provenance.code_commit) and the sha256 of the files it
     ran on."""
     from privfgl.data.partition_file import file_sha256
-    from privfgl.provenance import code_commit
     from privfgl.data.split_file import split_sha256
+    from privfgl.provenance import code_commit
+    code = code_commit()  # the code the run starts from (read once per process)
     result = run_peer(args, work, cell, seed, budget) if stage == "peer" else \
         run_privfgl(work, cell, seed, budget=budget, params=args.param)
     folder = work / cell
-    return {**result, "code": code_commit(),
+    return {**result, "code": code,
             "files": {"partition": file_sha256("file:" + str(folder / "partition.txt")),
                       "split": split_sha256(str(folder / "split.json"))}}
 

@@ -49,8 +49,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import floor_check, peer_parser, save_result, time_check  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, results_commits, save_result, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
+from privfgl.provenance import code_commit  # noqa: E402
 
 STAGES = ("peer", "privfgl", "privfgl-projector", "privfgl-paper", "privfgl-own")
 SEEDS = (0, 1, 2)
@@ -240,10 +241,10 @@ def table(results: dict, work: Path, rounds: int) -> str:
                   if split_file(work, cell, s).is_file()]
         blocks += ["", f"Files (sha256): `partition/{spec.name}_*.txt` {file_sha256('file:' + glob)[:16]}…"
                    + "".join(f"; {s}" for s in splits) + ".", ""]
-    blocks.append(f"{rounds} rounds on both sides; training seeds 0, 1, 2; mean ± population std; accuracy pooled "
-                  "over the clients' test nodes at "
-                  "the round of lowest pooled validation loss (both codes); seconds: each side's mean wall time per "
-                  "run at one thread.")
+    blocks.append(" ".join(filter(None, [
+        f"{rounds} rounds on both sides; training seeds 0, 1, 2; mean ± population std; accuracy pooled over the "
+        "clients' test nodes at the round of lowest pooled validation loss (both codes); seconds: each side's mean "
+        "wall time per run at one thread.", results_commits(results)])))
     return "\n".join(blocks) + "\n"
 
 
@@ -258,6 +259,7 @@ def main() -> int:
                     help="rounds on both sides (default 500, main.py's; the peer gets PEER_ROUNDS)")
     ap.add_argument("--out", default="docs/authors-side-by-side.md")
     args = ap.parse_args()
+    code_commit()  # read now: save_result stamps each stage with the code the call started from
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.work / f"results-r{args.rounds}.json"

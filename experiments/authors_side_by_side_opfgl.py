@@ -45,8 +45,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.side_by_side import floor_check, peer_parser, save_result, time_check  # noqa: E402
+from experiments.side_by_side import floor_check, peer_parser, results_commits, save_result, time_check  # noqa: E402
 from privfgl.doc_block import write_block  # noqa: E402
+from privfgl.provenance import code_commit  # noqa: E402
 
 STAGES = ("peer-own", "peer-privfgl", "peer-privfgl-psplit", "privfgl-peer", "privfgl-own", "privfgl-peer-split",
           "privfgl-own-split")
@@ -302,8 +303,9 @@ def table(results: dict, work: Path) -> str:
     for cell in CELLS:
         if results.get(cell):
             blocks += cell_table(cell, results[cell], work)
-    blocks.append("Training seeds 0, 1, 2 (partition and split at seed 42); mean ± population std; seconds: "
-                  "each side's mean wall time per run at one torch thread.")
+    blocks.append(" ".join(filter(None, [
+        "Training seeds 0, 1, 2 (partition and split at seed 42); mean ± population std; seconds: each side's "
+        "mean wall time per run at one torch thread.", results_commits(results)])))
     return "\n".join(blocks) + "\n"
 
 
@@ -317,6 +319,7 @@ def main() -> int:
                     help="take a privfgl stage's result from experiments/opfgl_ablation.py's results file (its KEY "
                          "'privfgl' is the same runs as privfgl-peer-split, with the default --param)")
     args = ap.parse_args()
+    code_commit()  # read now: save_result stamps each stage with the code the call started from
     args.work.mkdir(parents=True, exist_ok=True)
     store = args.work / "results.json"
 
@@ -333,8 +336,8 @@ def main() -> int:
             if stage in results.get(cell, {}):
                 continue
             results = save_result(store, cell, stage, run_stage(args, args.work, cell, stage))
-            print(cell, stage, {k: [round(v, 2) for v in vals] for k, vals in results[cell][stage].items()},
-                  flush=True)
+            print(cell, stage, {k: [round(v, 2) for v in vals] for k, vals in results[cell][stage].items()
+                                if isinstance(vals, list)}, flush=True)
     write_block(args.out, TAG, table(results, args.work), title="Side by side with the authors' code")
     print(table(results, args.work))
     return 0

@@ -23,11 +23,22 @@ def peer_parser(doc: str, peer: str, cells, stages, default_stages=None) -> argp
 
 def save_result(store: Path, cell: str, stage: str, result: dict) -> dict:
     """Add one stage's result to the results file `store`, re-read first (another call may have run other
-    cells); returns the whole file's results."""
+    cells), stamped with privfgl's commit under 'code' (privfgl.provenance.code_commit); returns the whole
+    file's results."""
+    from privfgl.provenance import code_commit
     merged = json.loads(store.read_text()) if store.is_file() else {}
-    merged.setdefault(cell, {})[stage] = result
+    merged.setdefault(cell, {})[stage] = {**result, "code": code_commit()}
     store.write_text(json.dumps(merged, indent=1))
     return merged
+
+
+def results_commits(results: dict) -> str:
+    """The sentence naming the privfgl commits of a results file's stages (cell -> stage -> result, as
+    save_result keeps them; a stage saved before commits were kept counts as unknown); '' when none is
+    known."""
+    from privfgl.provenance import commits_sentence
+    return commits_sentence([result.get("code") for stages in results.values() for result in stages.values()],
+                            what="results")
 
 
 def floor_check(label: str, peer: list[float], ours: list[float]) -> str:

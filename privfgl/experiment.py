@@ -472,8 +472,10 @@ def run(cfg: RunConfig, data=None, prepare=(), ray_audit: tuple | None = None, r
     attacks.audit.prepare_attacks). `ray_audit`: (attacks, adversary) of an audit under --engine ray, run by
     the auditor's actor before the clients' actors stop (privfgl.federation.ray.auditor). `ray_pool`: warm
     client actors for --engine ray (privfgl.federation.ray.clients.ActorPool)."""
+    from privfgl.provenance import code_commit
     start = time.perf_counter()
     cfg.validate()  # before touching the thread count
+    code_commit()  # the record names the code this run starts from, not the checkout at its end (read once)
     if cfg.engine == "ray":  # the clients on Ray actors: no client data in this process
         if data is not None or prepare:
             raise ConfigError("--engine ray: the actors load the dataset themselves and audits that prepare the "

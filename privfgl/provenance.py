@@ -18,7 +18,7 @@ WATCHED = ("privfgl", "experiments")  # a change here makes the checkout "+dirty
 def code_commit() -> str:
     """privfgl's commit (git HEAD, 12 hex digits), with '+dirty' when privfgl/ or experiments/ differ from it
     (tracked changes or untracked files); 'unknown' outside a git checkout (an installed wheel). Read once
-    per process."""
+    per process, at the first call: call it when work starts, since the checkout may change while it runs."""
     def git(*argv: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(REPO), *argv], capture_output=True, text=True, timeout=30)

@@ -59,3 +59,16 @@ def test_the_target_is_the_authors_mean_minus_one_std_and_their_wall_time():
     assert verdict({"peer-own": peer, "privfgl-peer-split": {"acc": [73.9, 74.0], "seconds": [101.0, 101.0]}}) == \
         "acc fails (floor 74.00); time fails"
     assert verdict({"peer-own": peer}) == "not measured"
+
+
+def test_each_saved_stage_names_its_commit_and_the_table_says_which_commits_made_it(tmp_path):
+    from experiments.side_by_side import save_result
+    from privfgl.provenance import code_commit
+    store = tmp_path / "results.json"
+    run = {"acc": [74.0, 76.0, 75.0], "f1": [50.0, 51.0, 52.0], "seconds": [100.0, 100.0, 100.0]}
+    results = save_result(store, "cora-louvain+", "peer-own", run)
+    assert results["cora-louvain+"]["peer-own"] == {**run, "code": code_commit()}
+    table = _script().table(results, tmp_path)
+    assert table.rstrip().endswith(f"The results come from privfgl commit `{code_commit()}`.")
+    results["cora-louvain+"]["privfgl-peer-split"] = run  # stored before commits were kept
+    assert "and 1 from before commits were kept: not all from one code." in _script().table(results, tmp_path)

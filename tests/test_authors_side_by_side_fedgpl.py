@@ -70,3 +70,20 @@ def test_the_code_configuration_is_the_authors_options():
     flags = dict(zip(peer[3::2], peer[4::2]))
     assert flags == {"--dataset_name": "CiteSeer", "--num_classes": "6", "--algorithm": "VPG", "--federated": "FedAvg",
                      "--ratio": "0.1", "--epochs": "50", "-S": "2"}
+
+
+def test_the_table_names_the_commits_of_privfgls_runs_and_not_the_peers():
+    script = _script()
+    made = {"metrics": {"best_round": 1, "per_task": {"acc": {"node": 0.8, "edge": 0.9, "graph": 1.0,
+                                                              "mean_over_tasks": 0.9},
+                                                      "f1": {"mean_over_tasks": 0.88},
+                                                      "last_acc": {"mean_over_tasks": 0.85}, "test_curve": [0.9]}},
+            "time": {"total_s": 10.0, "caches": {"pretrain": {"cache": "hit", "seconds": 1.0}}},
+            "config": {"versions": {"privfgl_commit": "0123456789ab"}}}
+    ours = script.parse_record(made)
+    assert ours["code"] == "0123456789ab"
+    cell, stage = next(iter(script.CELLS)), next(s for s in script.STAGES if not s.startswith("peer"))
+    results = {cell: {stage: [{**ours, "seed": 0}], "peer": [{"acc": 85.0, "seconds": 1.0, "seed": 0}]}}
+    assert "The privfgl runs come from privfgl commit `0123456789ab`." in script.table(results)
+    del made["config"]  # a record from before commits were kept
+    assert script.parse_record(made)["code"] is None

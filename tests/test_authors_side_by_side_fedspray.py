@@ -95,3 +95,16 @@ def test_the_target_is_the_authors_mean_minus_one_std_on_both_accuracies_and_the
     assert script.verdict({"peer": peer, "privfgl": fails}) == \
         "acc fails (floor 74.00); minority holds (floor 60.00); time fails"
     assert script.verdict({"peer": peer}) == "not measured"
+
+
+def test_the_table_names_the_commit_of_each_saved_stage(script, tmp_path):
+    from experiments.side_by_side import save_result
+    from privfgl.provenance import code_commit
+    cell = next(iter(script.CELLS))
+    script.write_client_files([[0, 1], [2]], tmp_path / "partition", script.CELLS[cell].name)
+    run = {"acc": [80.0, 81.0, 82.0], "minority": [60.0, 61.0, 62.0], "round": [9, 10, 11],
+           "seconds": [5.0, 5.0, 5.0]}
+    results = save_result(tmp_path / "results-r500.json", cell, "peer", run)
+    assert results[cell]["peer"]["code"] == code_commit()
+    assert script.table(results, tmp_path, 500).rstrip().endswith(
+        f"The results come from privfgl commit `{code_commit()}`.")
