@@ -35,6 +35,7 @@ std, seconds <= theirs), then the commits the runs came from.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -318,13 +319,26 @@ def table(results: dict, work: Path) -> str:
             hashes.append(f"**{cell}'s runs did not all run on the same files**")
     extra, commits = ablation_table(results), provenance(results)
     return "\n".join([*rows, *([""] + extra if extra else []), "",
-                      "Training seeds 0, 1, 2 on both sides; the clients and split of privfgl's closed "
+                      f"Training seeds {seeds_phrase(results)}; the clients and split of privfgl's closed "
                       f"regime at partition seed {PARTITION_SEED} (files, sha256: " + "; ".join(hashes) + "); "
                       "seen test accuracy pooled over the clients' test nodes at each code's round of best seen "
                       "validation accuracy (\"at main.py's round\": privfgl's run at the round main.py's rule picks, "
                       "validation weighted by missing-class counts); mean ± population std; seconds: each side's "
                       "mean wall time per run at one thread on the shared 2-core machine, so only their order "
                       "means anything." + (" " + commits if commits else "")]) + "\n"
+
+
+def seeds_phrase(results: dict) -> str:
+    """The training seeds the table's runs used: "0, 1, 2 on both sides" (main.py's), or the seeds stored."""
+    seeds = sorted({int(s) for stages in results.values() for runs in stages.values() for s in runs})
+    return "0, 1, 2 on both sides" if seeds in ([], list(SEEDS)) else ", ".join(map(str, seeds)) + " (per seed above)"
+
+
+def seed_number(text: str) -> int:
+    """A --seeds value: a training seed, an integer ≥ 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a training seed (an integer ≥ 0)")
+    return int(text)
 
 
 def key(cell: str, budget: tuple[int, int]) -> str:
@@ -397,7 +411,8 @@ def ablation_table(results: dict) -> list[str]:
 
 def main() -> int:
     ap = peer_parser(__doc__, "log", CELLS, STAGES, ["peer", "privfgl"])
-    ap.add_argument("--seeds", nargs="+", type=int, choices=SEEDS, default=list(SEEDS))
+    ap.add_argument("--seeds", nargs="+", type=seed_number, default=list(SEEDS),
+                    help="training seeds (default 0 1 2, main.py's; more go beside them in the results file)")
     ap.add_argument("--budget", type=lambda v: tuple(int(x) for x in v.split(",")), default=FULL,
                     metavar="ROUNDS,GEN_EPOCHS", help="a smaller budget on both sides (their --rounds and "
                     "--pre_gen_epochs, privfgl's --rounds and generator_epochs), kept as its own rows")

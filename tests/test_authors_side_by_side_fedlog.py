@@ -155,3 +155,17 @@ def test_write_only_merges_and_writes_the_block_without_running_anything(tmp_pat
     other.write_text("{not json")
     with pytest.raises(SystemExit, match=r"--merge .*other.json: not a readable results file"):
         script.main()
+
+
+def test_more_training_seeds_are_accepted_and_the_footnote_names_the_seeds_stored(tmp_path, monkeypatch, capsys):
+    script = _script()
+    assert script.seeds_phrase({}) == "0, 1, 2 on both sides"
+    three = {"cora-3": {"peer": {str(s): _run(86.0) for s in range(3)}, "privfgl": {str(s): _run(86.0) for s in range(3)}}}
+    assert "Training seeds 0, 1, 2 on both sides;" in script.table(three, tmp_path)
+    more = {"cora-3": {"privfgl": {str(s): _run(86.0) for s in (3, 4, 11)}}}
+    assert "Training seeds 3, 4, 11 (per seed above);" in script.table(more, tmp_path)
+    assert script.seed_number("11") == 11
+    monkeypatch.setattr("sys.argv", ["x", "--work", str(tmp_path), "--seeds", "-1", "--write-only"])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert "'-1' is not a training seed (an integer ≥ 0)" in capsys.readouterr().err
