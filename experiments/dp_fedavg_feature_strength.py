@@ -25,11 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.dp_fedavg_public_settings import PUBLIC_GRAPH_SEED, SIGMA_EPS8, round_up, update_norms  # noqa: E402
+from experiments.dp_fedavg_public_settings import PUBLIC_GRAPH_SEED, round_up, update_norms  # noqa: E402
 from privfgl.data import contextual_sbm  # noqa: E402
 from privfgl.data.synthetic import SYNTHETIC_PRESETS  # noqa: E402
 from privfgl.experiment import RunConfig, run  # noqa: E402
-from privfgl.privacy import noise_multiplier_for  # noqa: E402
+from privfgl.sweep.config import Cell, load_sweep  # noqa: E402
+from privfgl.sweep.runner import run_config  # noqa: E402
 
 SIGNALS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.1, 3.2, 3.3, 3.4, 3.5)  # 1.0: sbm-cora's own; 3.1-3.5 added after 3.0 fell short
 EVALUATED_GRAPH_SEED = 0
@@ -70,15 +71,20 @@ def clip(signal: float) -> None:
     print(f"feature_signal {signal:g}: median round-0 update norm {median:.3f} -> C = {round_up(median):g}")
 
 
+SWEEP = Path(__file__).resolve().parent / "dp_fedavg_many_clients.toml"
+SWEEP_CELLS = {"dp": ("DP-FedAvg (C = 4)", 8), "ceiling": ("DP-FedAvg (C = 4)", 100000), "fedavg": ("FedAvg, no DP", None)}
+
+
 def evaluated_config(kind: str, clip_bound: float, seed: int) -> RunConfig:
-    base = dict(dataset="sbm-cora", partition="metis", clients=1000, split_mode="random", rounds=20,
-                evaluation="global_model", transcript="none", seed=seed, progress=False)
-    if kind == "fedavg":
-        return RunConfig(method="fedavg", **base)
-    sigma = SIGMA_EPS8 if kind == "dp" else noise_multiplier_for(100000.0, 1e-5, 1.0, 20)
-    return RunConfig(method="dp-fedavg", hidden=16, dp=f"gaussian:sigma={sigma},clip={clip_bound:g},on=update,"
-                     f"mode=central,seed={seed}", method_params={"q": 1.0, "sampling_seed": seed, "server_lr": 1.0,
-                                                                 "server_momentum": 0.0}, **base)
+    """The sweep's own sbm-cora cell at 1,000 clients (SWEEP_CELLS: its [[cells]] name and target ε) at `seed`,
+    its σ calibrated as the sweep does, with the clipping bound C = `clip_bound` in place of the sweep's."""
+    name, target = SWEEP_CELLS[kind]
+    cell = next(c for c in load_sweep(SWEEP).cells if c.name == name and c.options["dataset"] == "sbm-cora"
+                and c.options["clients"] == 1000 and c.options.get("target_epsilon") == target)
+    options = dict(cell.options)
+    if "dp" in options:
+        options["dp"] = options["dp"].replace(",clip=4,", f",clip={clip_bound:g},")
+    return run_config(Cell(cell.label, options), seed, threads=None, progress=False)[0]
 
 
 def evaluate(signal: float, clip_bound: float, seeds: list[int], kinds: list[str]) -> None:

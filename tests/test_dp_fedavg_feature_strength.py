@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from experiments.dp_fedavg_public_settings import SIGMA_EPS8
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -41,7 +43,7 @@ def test_the_evaluated_cells_are_the_sweeps_sbm_cora_cells():
         (cell["method"], cell["dataset"], cell["partition"], cell["split_mode"], cell["hidden"])
     assert (dp.rounds, dp.evaluation, dp.clients) == (sweep["base"]["rounds"], sweep["base"]["evaluation"], 1000)
     assert dp.method_params == {k: (0 if v == "{seed}" else v) for k, v in cell["method_params"].items()}
-    assert dp.dp == cell["dp"].format(sigma=_script().SIGMA_EPS8, seed=0)
+    assert dp.dp == cell["dp"].format(sigma=SIGMA_EPS8, seed=0)
     fedavg_cell = next(c for c in sweep["cells"] if c["label"] == "FedAvg, no DP")
     fedavg = _script().evaluated_config("fedavg", 4.0, 0)
     assert (fedavg.method, fedavg.partition, fedavg.split_mode, fedavg.hidden) == \
