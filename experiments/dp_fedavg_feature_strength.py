@@ -75,6 +75,15 @@ SWEEP = Path(__file__).resolve().parent / "dp_fedavg_many_clients.toml"
 SWEEP_CELLS = {"dp": ("DP-FedAvg (C = 4)", 8), "ceiling": ("DP-FedAvg (C = 4)", 100000), "fedavg": ("FedAvg, no DP", None)}
 
 
+def with_clip(dp_spec: str, clip_bound: float) -> str:
+    """`dp_spec` (mechanism:key=value,...) with its clip's value replaced; a spec without `clip=` is refused."""
+    mechanism, _, fields = dp_spec.partition(":")
+    pairs = [field.split("=", 1) for field in fields.split(",")]
+    if not any(k == "clip" for k, _ in pairs):
+        raise ValueError(f"DP spec {dp_spec!r} has no clip= to replace")
+    return mechanism + ":" + ",".join(f"{k}={clip_bound:g}" if k == "clip" else f"{k}={v}" for k, v in pairs)
+
+
 def evaluated_config(kind: str, clip_bound: float, seed: int) -> RunConfig:
     """The sweep's own sbm-cora cell at 1,000 clients (SWEEP_CELLS: its [[cells]] name and target ε) at `seed`,
     its σ calibrated as the sweep does, with the clipping bound C = `clip_bound` in place of the sweep's."""
@@ -83,7 +92,7 @@ def evaluated_config(kind: str, clip_bound: float, seed: int) -> RunConfig:
                 and c.options["clients"] == 1000 and c.options.get("target_epsilon") == target)
     options = dict(cell.options)
     if "dp" in options:
-        options["dp"] = options["dp"].replace(",clip=4,", f",clip={clip_bound:g},")
+        options["dp"] = with_clip(options["dp"], clip_bound)
     return run_config(Cell(cell.label, options), seed, threads=None, progress=False)[0]
 
 
