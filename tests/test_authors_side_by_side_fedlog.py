@@ -84,6 +84,12 @@ def test_the_target_is_the_authors_mean_minus_one_std_and_their_wall_time():
         "not measured (seeds: the authors' 0, privfgl's 0, 1)"
     assert verdict({"peer": one_seed, "privfgl": runs((80.0, 1.0))}) == \
         "not measured (seeds: the authors' 0, privfgl's 0)"
+    # one side ran a seed more: the target on the seeds both ran, and the verdict says which
+    more = runs((73.0, 90.0), (75.0, 90.0), (60.0, 500.0))
+    assert verdict({"peer": peer, "privfgl": more}) == \
+        "acc holds (floor 74.00); time holds, on the seeds both ran (0, 1)"
+    assert verdict({"peer": more, "privfgl": peer}) == \
+        "acc holds (floor 73.00); time fails, on the seeds both ran (0, 1)"
 
 
 def test_the_table_has_every_cell_a_smaller_budgets_rows_and_the_ablations(tmp_path):
