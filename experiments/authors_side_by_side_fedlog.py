@@ -339,9 +339,13 @@ def table(results: dict, work: Path) -> str:
 
 
 def seeds_phrase(results: dict) -> str:
-    """The training seeds the table's runs used: "0, 1, 2 on both sides" (main.py's), or the seeds stored."""
+    """The training seeds the table's runs used: "0, 1, 2 on both sides" (main.py's), saying so where a row
+    ran fewer of them, or the seeds stored."""
     seeds = sorted({int(s) for stages in results.values() for runs in stages.values() for s in runs})
-    return "0, 1, 2 on both sides" if seeds in ([], list(SEEDS)) else ", ".join(map(str, seeds)) + " (per seed above)"
+    if seeds not in ([], list(SEEDS)):
+        return ", ".join(map(str, seeds)) + " (per seed above)"
+    fewer = any(len(runs) < len(SEEDS) for stages in results.values() for runs in stages.values())
+    return "0, 1, 2 on both sides" + (f' (fewer where a row says "n of {len(SEEDS)} seeds")' if fewer else "")
 
 
 def seed_number(text: str) -> int:

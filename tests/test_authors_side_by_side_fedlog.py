@@ -168,6 +168,9 @@ def test_more_training_seeds_are_accepted_and_the_footnote_names_the_seeds_store
     assert script.seeds_phrase({}) == "0, 1, 2 on both sides"
     three = {"cora-3": {"peer": {str(s): _run(86.0) for s in range(3)}, "privfgl": {str(s): _run(86.0) for s in range(3)}}}
     assert "Training seeds 0, 1, 2 on both sides;" in script.table(three, tmp_path)
+    del three["cora-3"]["peer"]["2"]  # a side that ran two of the three: the footnote says so
+    assert 'Training seeds 0, 1, 2 on both sides (fewer where a row says "n of 3 seeds");' in \
+        script.table(three, tmp_path)
     more = {"cora-3": {"privfgl": {str(s): _run(86.0) for s in (3, 4, 11)}}}
     assert "Training seeds 3, 4, 11 (per seed above);" in script.table(more, tmp_path)
     assert script.seed_number("11") == 11
