@@ -266,22 +266,16 @@ def verdict(cell_results: dict) -> str:
     """The issue's target on the same clients: privfgl's mean >= the authors' mean minus their std, and
     privfgl's mean seconds per run <= theirs; only on the seeds both sides ran, two or more (one seed has no
     std). Where one side ran more seeds, the verdict says which seeds it compared."""
-    peer, ours = per_seed(cell_results.get("peer")), per_seed(cell_results.get("privfgl"))
-    if not peer["acc"] or not ours["acc"]:
+    peer_runs, our_runs = cell_results.get("peer") or {}, cell_results.get("privfgl") or {}
+    if not peer_runs or not our_runs:
         return "not measured"
-    shared = sorted(set(peer["seeds"]) & set(ours["seeds"]))
+    shared = sorted(set(peer_runs) & set(our_runs), key=int)
     if len(shared) < 2:
-        theirs, mine = (", ".join(map(str, r["seeds"])) for r in (peer, ours))
+        theirs, mine = (", ".join(sorted(runs, key=int)) for runs in (peer_runs, our_runs))
         return f"not measured (seeds: the authors' {theirs}, privfgl's {mine})"
-    where = "" if peer["seeds"] == ours["seeds"] else f", on the seeds both ran ({', '.join(map(str, shared))})"
-    peer, ours = (on_seeds(r, shared) for r in (peer, ours))
+    where = "" if set(peer_runs) == set(our_runs) else f", on the seeds both ran ({', '.join(shared)})"
+    peer, ours = (per_seed({s: runs[s] for s in shared}) for runs in (peer_runs, our_runs))
     return f"{floor_check('acc', peer['acc'], ours['acc'])}; {time_check(peer['seconds'], ours['seconds'])}{where}"
-
-
-def on_seeds(r: dict, seeds: list[int]) -> dict:
-    """per_seed's lists kept to the given seeds (each of which r holds)."""
-    keep = [r["seeds"].index(s) for s in seeds]
-    return {key: [r[key][i] for i in keep] for key in ("acc", "seconds", "seeds")}
 
 
 def _cell(r: dict) -> str:
