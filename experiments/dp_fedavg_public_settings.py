@@ -52,10 +52,11 @@ def public_graph(name: str, graph_seed: int = PUBLIC_GRAPH_SEED):
 
 
 def config(setting: str, rounds: int, dp: str, transcript: str, optimizer: tuple[str, float] = ("adam", 0.01),
-           hidden: int = 16, local_epochs: int = 3, **method_params) -> RunConfig:
+           hidden: int = 16, local_epochs: int = 3, model: str = "gcn", **method_params) -> RunConfig:
     graph, partition, clients, split_mode = SETTINGS[setting]
     return RunConfig(method="dp-fedavg", dataset="sbm" if graph == "citeseer-like" else graph, partition=partition,
                      clients=clients, split_mode=split_mode, rounds=rounds, local_epochs=local_epochs, hidden=hidden,
+                     model=model,
                      evaluation="global_model", seed=0, dp=dp, progress=False, transcript=transcript,
                      optimizer=optimizer[0], lr=optimizer[1], method_params={"q": 1.0, "sampling_seed": 0, **method_params})
 
@@ -67,20 +68,21 @@ def round_up(x: float) -> float:
 
 
 def round_updates(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
-                  local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0) -> list[dict[str, torch.Tensor]]:
+                  local_epochs: int = 3, dropout: float = 0.5, at_round: int = 0,
+                  model: str = "gcn") -> list[dict[str, torch.Tensor]]:
     """Each client's update {parameter name: tensor} at round `at_round` (default 0) on `graph`, read from the
     server's view of a run without clipping or noise (σ = 1e-9, C = 1e9)."""
     cfg = config(dataset, at_round + 1, "gaussian:sigma=1e-9,clip=1e9,on=update,mode=central,seed=0", "all", optimizer,
-                 hidden, local_epochs)
+                 hidden, local_epochs, model)
     cfg.dropout = dropout
     _, setup = run(cfg, data=graph)
     return [m.tensors for m in setup.federation.transcript.view(SERVER, name="model_update", round=at_round)]
 
 
 def update_norms(dataset: str, graph, optimizer: tuple[str, float] = ("adam", 0.01), hidden: int = 16,
-                 local_epochs: int = 3, dropout: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+                 local_epochs: int = 3, dropout: float = 0.5, model: str = "gcn") -> tuple[torch.Tensor, torch.Tensor]:
     """(each client's round-0 update norm, shape [K]; the clients' mean update, shape [d]) on `graph`."""
-    ups = round_updates(dataset, graph, optimizer, hidden, local_epochs, dropout)
+    ups = round_updates(dataset, graph, optimizer, hidden, local_epochs, dropout, model=model)
     flat = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]) for u in ups])
     return flat.norm(dim=1), flat.mean(0)
 
@@ -100,18 +102,20 @@ def class_means(name: str, graph, graph_seed: int) -> torch.Tensor:
 
 
 def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, dropout: float = 0.5,
-           at_round: int = 0, clip: float | None = None) -> None:
+           at_round: int = 0, clip: float | None = None, optimizer: tuple[str, float] = ("adam", 0.01),
+           local_epochs: int = 3, model: str = "gcn", rounds: int = 20) -> None:
     """The class signal in the mean update of round `at_round` (after that many noiseless rounds) against the
     ε = 8 noise, on the public stand-in: the first
     layer's mean update W [hidden, F] projected on the span of the class means (Q: an orthonormal basis [F, c]),
     ‖W Q‖, beside a random c-dimensional subspace's ‖W R‖ (the share any c directions would hold) and the noise
     the server adds there, σ·C/K per coordinate over hidden·c coordinates (C: `clip`, the run's, else the median
-    rule's at that round)."""
+    rule's at that round; σ calibrated to ε = 8 over `rounds`). The training: `model` (gcn: W is its first layer;
+    sgc: its one layer, [classes, F]), `local_epochs` of the local `optimizer` (name, lr) a round."""
     name = SETTINGS[dataset][0]
     graph = public_graph(name, graph_seed)
     basis, _ = torch.linalg.qr(class_means(name, graph, graph_seed).T)  # [F, c]
     t0 = time.time()
-    ups = round_updates(dataset, graph, hidden=hidden, dropout=dropout, at_round=at_round)
+    ups = round_updates(dataset, graph, optimizer, hidden, local_epochs, dropout, at_round, model)
     first = next(k for k in ups[0] if k.endswith("weight"))  # the first layer's weight, [hidden, F]
     w = torch.stack([u[first].double() for u in ups]).mean(0)
     norms_ = torch.stack([torch.cat([v.double().reshape(-1) for v in u.values()]).norm() for u in ups])
@@ -119,12 +123,15 @@ def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, 
     gen = torch.Generator().manual_seed(0)
     random = [float((w @ torch.linalg.qr(torch.randn(w.shape[1], c, generator=gen, dtype=torch.double))[0]).norm())
               for _ in range(20)]
-    noise = SIGMA_EPS8 * clip / k * math.sqrt(w.shape[0] * c)
-    print(f"{dataset}: stand-in {name} (graph seed {graph_seed}), {k} clients, hidden {hidden}, round {at_round}, "
+    sigma = SIGMA_EPS8 if rounds == 20 else noise_multiplier_for(8.0, 1e-5, 1.0, rounds, "rdp")
+    noise = sigma * clip / k * math.sqrt(w.shape[0] * c)
+    print(f"{dataset}: stand-in {name} (graph seed {graph_seed}), {k} clients, {model}"
+          f"{'' if model == 'sgc' else f' hidden {hidden}'}, {local_epochs} local {optimizer[0]} epoch(s) at lr "
+          f"{optimizer[1]:g}, round {at_round}, "
           f"first layer {first} {tuple(w.shape)}: mean update ‖W‖ = {float(w.norm()):.4f}; on the {c} class-mean "
           f"directions ‖W Q‖ = {float((w @ basis).norm()):.4f}; on {c} random directions "
-          f"{sum(random) / len(random):.4f} (mean of 20); the ε = 8 noise there, σ·C/K·√(hidden·c) = {noise:.4f} "
-          f"(C = {clip:g}) ({time.time() - t0:.0f} s)", flush=True)
+          f"{sum(random) / len(random):.4f} (mean of 20); the ε = 8 noise there, σ·C/K·√({w.shape[0]}·{c}) = {noise:.4f} "
+          f"(C = {clip:g}, σ = {sigma:.4f} for T = {rounds}) ({time.time() - t0:.0f} s)", flush=True)
 
 
 def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[str, float] = ("adam", 0.01),
@@ -142,8 +149,10 @@ def norms(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, optimizer: tuple[st
 
 @dataclass(frozen=True)
 class Candidate:
-    """One training setting of the public search: the GCN's width, T rounds of E local epochs, the local
-    optimizer and its lr, dropout, the server's step η."""
+    """One training setting of the public search: the backbone (privfgl.models: gcn, or sgc, one linear layer on
+    the client's 2-hop propagated features, `hidden` unused) and the GCN's width, T rounds of E local epochs, the
+    local optimizer and its lr, dropout, the server's step η."""
+    model: str = "gcn"
     hidden: int = 64
     rounds: int = 20
     local_epochs: int = 3
@@ -153,7 +162,8 @@ class Candidate:
     server_lr: float = 1.0
 
     def __str__(self) -> str:
-        return (f"hidden {self.hidden}, T = {self.rounds} x E = {self.local_epochs}, {self.optimizer} lr {self.lr:g}, "
+        width = "sgc" if self.model == "sgc" else f"hidden {self.hidden}"
+        return (f"{width}, T = {self.rounds} x E = {self.local_epochs}, {self.optimizer} lr {self.lr:g}, "
                 f"dropout {self.dropout:g}, η = {self.server_lr:g}")
 
 
@@ -173,6 +183,16 @@ SEARCH = (
     Candidate(hidden=128, dropout=0.0, server_lr=2.0),
     Candidate(rounds=40, dropout=0.0, server_lr=2.0),
     Candidate(dropout=0.0, server_lr=4.0),
+    # third batch, on public sbm-cora (`--dataset sbm-cora --only 11,...`), where every GCN above stayed at chance:
+    # a linear model (SGC) trained by one local SGD step a round (FedSGD: the update is lr x the gradient at the
+    # global model, not local Adam's per-coordinate steps, which are as long on the features' noise coordinates
+    # as on the class's), then the same with the GCN and with Adam, and T and lr varied
+    Candidate(model="sgc", rounds=20, local_epochs=1, optimizer="sgd", lr=0.1, dropout=0.0),
+    Candidate(model="sgc", rounds=40, local_epochs=1, optimizer="sgd", lr=0.1, dropout=0.0),
+    Candidate(model="sgc", rounds=10, local_epochs=1, optimizer="sgd", lr=0.1, dropout=0.0),
+    Candidate(model="sgc", rounds=20, local_epochs=1, optimizer="sgd", lr=0.5, dropout=0.0),
+    Candidate(model="sgc", rounds=20, local_epochs=1, optimizer="adam", lr=0.01, dropout=0.0),
+    Candidate(model="gcn", hidden=16, rounds=20, local_epochs=1, optimizer="sgd", lr=0.1, dropout=0.0),
 )
 
 
@@ -185,11 +205,11 @@ def search(dataset: str, candidates: list[Candidate], epsilon: float = 8.0) -> N
           "seed 0\n\n| setting | median norm | C | σ | val_acc | seconds |\n|---|---|---|---|---|---|", flush=True)
     for c in candidates:
         t0 = time.time()
-        n, _ = update_norms(dataset, graph, (c.optimizer, c.lr), c.hidden, c.local_epochs, c.dropout)
+        n, _ = update_norms(dataset, graph, (c.optimizer, c.lr), c.hidden, c.local_epochs, c.dropout, c.model)
         clip = round_up(float(n.median()))
         sigma = noise_multiplier_for(epsilon, 1e-5, 1.0, c.rounds, "rdp")
         cfg = config(dataset, c.rounds, f"gaussian:sigma={sigma!r},clip={clip:g},on=update,mode=central,seed=0", "none",
-                     (c.optimizer, c.lr), c.hidden, c.local_epochs, server_lr=c.server_lr, server_momentum=0.0)
+                     (c.optimizer, c.lr), c.hidden, c.local_epochs, c.model, server_lr=c.server_lr, server_momentum=0.0)
         cfg.dropout = c.dropout
         record, _ = run(cfg, data=graph)
         print(f"| {c} | {float(n.median()):.3f} | {clip:g} | {sigma:.4f} | {record['metrics']['val_acc']:.4f} | "
@@ -213,6 +233,8 @@ def main() -> None:
     ap.add_argument("--dataset", action="append", choices=list(SETTINGS),
                     help="the evaluated setting (default: sbm-pubmed and sbm-cora)")
     ap.add_argument("--only", help="search: the candidates to run, as 0-based indices into SEARCH (e.g. 0,2)")
+    ap.add_argument("--epsilon", type=float, default=8.0, help="search: the ε each candidate's σ is calibrated to "
+                    "(default 8; 100000 gives the clipping-only ceiling)")
     ap.add_argument("--clip", type=float, help="step: the clip C from stage norms; signal: the run's C for the noise")
     ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
     ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
@@ -222,21 +244,32 @@ def main() -> None:
     ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
                     help="norms: the stand-in's graph seed (default 1, the public one; 0 is the evaluated graph: "
                          "for the diagnosis after the runs only, never for choosing)")
+    ap.add_argument("--model", default="gcn", choices=("gcn", "sgc"), help="signal: the backbone (default gcn)")
+    ap.add_argument("--local-epochs", type=int, default=3, help="signal: local epochs a round (default 3)")
+    ap.add_argument("--rounds", type=int, default=20, help="signal: the run's T, for σ at ε = 8 (default 20)")
     ap.add_argument("--at-round", type=int, default=0, help="signal: the round whose updates are read, after that "
                     "many noiseless rounds (default 0)")
     args = ap.parse_args()
-    if args.at_round < 0:
-        ap.error(f"--at-round {args.at_round}: valid: an integer >= 0")
+    for flag, value, low in (("--at-round", args.at_round, 0), ("--local-epochs", args.local_epochs, 1),
+                             ("--rounds", args.rounds, 1)):
+        if value < low:
+            ap.error(f"{flag} {value}: valid: an integer >= {low}")
     if args.stage == "search":
-        picked = [SEARCH[int(i)] for i in args.only.split(",")] if args.only else list(SEARCH)
+        try:
+            picked = [SEARCH[int(i)] for i in args.only.split(",")] if args.only else list(SEARCH)
+        except (ValueError, IndexError):
+            ap.error(f"--only {args.only}: valid: comma-separated indices 0-{len(SEARCH) - 1} into SEARCH")
+        if not args.epsilon > 0:
+            ap.error(f"--epsilon {args.epsilon:g}: valid: a number > 0")
         for dataset in args.dataset or ["sbm-pubmed"]:
-            search(dataset, picked)
+            search(dataset, picked, args.epsilon)
         return
     for dataset in args.dataset or ["sbm-pubmed", "sbm-cora"]:
         if args.stage == "norms":
             norms(dataset, args.graph_seed, (args.optimizer, args.lr), args.hidden, args.dropout)
         elif args.stage == "signal":
-            signal(dataset, args.graph_seed, args.hidden, args.dropout, args.at_round, args.clip)
+            signal(dataset, args.graph_seed, args.hidden, args.dropout, args.at_round, args.clip,
+                   (args.optimizer, args.lr), args.local_epochs, args.model, args.rounds)
         else:
             step(dataset, args.clip, args.hidden, STEPS if args.hidden == 16 else STEPS[:1])
 
