@@ -27,6 +27,12 @@ def test_every_relative_link_resolves():
     assert broken == []
 
 
+def test_every_shipped_sweep_is_listed_in_the_sweeps_page():
+    listed = set(re.findall(r"\]\(\.\./experiments/([\w.-]+\.toml)\)", (REPO / "docs" / "sweeps.md").read_text()))
+    shipped = {p.name for p in (REPO / "experiments").glob("*.toml")}
+    assert sorted(shipped - listed) == []
+
+
 def test_the_readme_names_the_two_commands_and_they_exist_in_the_makefile():
     readme, makefile = (REPO / "README.md").read_text(), (REPO / "Makefile").read_text()
     assert "make run" in readme and "make test" in readme
