@@ -10,12 +10,16 @@ The rule, written down before any run (experiments/dp_fedavg_many_clients.toml r
 Nothing of the evaluated graphs is read. A later search of the training (width, rounds x local epochs, local
 optimizer, dropout, server step η) on public sbm-pubmed, each candidate with its own median-rule C and σ calibrated
 to ε = 8 over its rounds, selected by validation accuracy: `search` (the candidates: SEARCH; the table it printed
-is in the config's comments).
+is in the config's comments). Its third batch, on public sbm-cora, tries a linear model (SGC) trained by one local
+SGD step a round (experiments/dp_fedavg_sbm_cora_sgc.toml runs the chosen one).
 
     python experiments/dp_fedavg_public_settings.py norms            # step 1, both stand-ins
     python experiments/dp_fedavg_public_settings.py step --clip C --dataset sbm-pubmed   # step 2
     python experiments/dp_fedavg_public_settings.py search [--only 0,4]                  # the training search
     python experiments/dp_fedavg_public_settings.py signal   # the class signal in the round-0 mean update (a diagnosis)
+    python experiments/dp_fedavg_public_settings.py search --dataset sbm-cora --only 11,12,13,14,15,16 [--epsilon 100000]
+    python experiments/dp_fedavg_public_settings.py signal --dataset sbm-cora --model sgc --local-epochs 1 \\
+        --optimizer sgd --lr 0.1 --dropout 0 --clip 3 --rounds 40 --at-round 0
 """
 from __future__ import annotations
 
@@ -236,9 +240,9 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=8.0, help="search: the ε each candidate's σ is calibrated to "
                     "(default 8; 100000 gives the clipping-only ceiling)")
     ap.add_argument("--clip", type=float, help="step: the clip C from stage norms; signal: the run's C for the noise")
-    ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms: the local optimizer (default adam)")
-    ap.add_argument("--lr", type=float, default=0.01, help="norms: its learning rate (default 0.01)")
-    ap.add_argument("--dropout", type=float, default=0.5, help="norms: the GCN's dropout (default 0.5)")
+    ap.add_argument("--optimizer", default="adam", choices=("adam", "sgd"), help="norms, signal: the local optimizer (default adam)")
+    ap.add_argument("--lr", type=float, default=0.01, help="norms, signal: its learning rate (default 0.01)")
+    ap.add_argument("--dropout", type=float, default=0.5, help="norms, signal: the GCN's dropout (default 0.5)")
     ap.add_argument("--hidden", type=int, default=16, help="the GCN's width (default 16, the sweep's; another width "
                     "is a diagnosis after the runs: step then runs the chosen server step only)")
     ap.add_argument("--graph-seed", type=int, default=PUBLIC_GRAPH_SEED,
