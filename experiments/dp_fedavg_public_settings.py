@@ -127,7 +127,7 @@ def signal(dataset: str, graph_seed: int = PUBLIC_GRAPH_SEED, hidden: int = 16, 
     gen = torch.Generator().manual_seed(0)
     random = [float((w @ torch.linalg.qr(torch.randn(w.shape[1], c, generator=gen, dtype=torch.double))[0]).norm())
               for _ in range(20)]
-    sigma = SIGMA_EPS8 if rounds == 20 else noise_multiplier_for(8.0, 1e-5, 1.0, rounds, "rdp")
+    sigma = noise_multiplier_for(8.0, 1e-5, 1.0, rounds, "rdp")  # SIGMA_EPS8 at the sweep's T = 20
     noise = sigma * clip / k * math.sqrt(w.shape[0] * c)
     print(f"{dataset}: stand-in {name} (graph seed {graph_seed}), {k} clients, {model}"
           f"{'' if model == 'sgc' else f' hidden {hidden}'}, {local_epochs} local {optimizer[0]} epoch(s) at lr "
