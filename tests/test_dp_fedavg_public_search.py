@@ -21,6 +21,13 @@ def test_a_candidate_s_backbone_and_training_reach_its_run_config(script):
     assert str(script.Candidate()).startswith("hidden 64, T = 20 x E = 3, adam")  # the earlier rows print as before
 
 
+def test_a_candidate_s_own_clip_replaces_the_median_rule_and_says_so(script):
+    one_round = [c for c in script.SEARCH if c.model == "sgc" and c.rounds == 1]
+    assert [c.clip for c in one_round][:4] == [None, 1.0, 0.5, 2.0]
+    assert str(one_round[1]).endswith("η = 1000, C = 1 (not the rule's)")
+    assert "C =" not in str(one_round[0])  # the rule's C is printed in the table's own column
+
+
 @pytest.mark.parametrize("argv, named", [(["search", "--only", "99"], "--only 99"),
                                          (["search", "--only", "x"], "--only x"),
                                          (["search", "--epsilon", "0"], "--epsilon 0"),
